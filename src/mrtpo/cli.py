@@ -1,0 +1,45 @@
+"""The `mrtpo` command: a thin dispatcher to `mrtpo.commands.<name>.main(argv)`.
+
+Each subcommand lives in its own module and parses its own arguments (TRL's `TrlParser` for
+the ones that build a trainer). A bad argument raises `ValueError` (or `FileNotFoundError`):
+we print one line and exit with code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "train": "train a model with MRTPO, GDPO or GRPO on a task",
+    "eval": "greedy generation on a split and each verifier's mean",
+    "sft": "supervised cold start on a task's reference outputs",
+    "explain": "credit map of one response: where each reward's advantage lands",
+    "analyze": "localization table and concentration figure over a split",
+    "demo": "replay one SQL response on the embedded model (make demo)",
+}
+
+USAGE = "usage: mrtpo {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
+    f"  {name:<8} {help_text}" for name, help_text in COMMANDS.items()
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(USAGE)
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"mrtpo: unknown command {name!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    command = importlib.import_module(f"mrtpo.commands.{name}")
+    try:
+        return int(command.main(rest) or 0)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"mrtpo {name}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

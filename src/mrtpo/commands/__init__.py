@@ -1,0 +1,1 @@
+"""One module per `mrtpo` subcommand, each with `main(argv: list[str]) -> int`."""
