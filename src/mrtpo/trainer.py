@@ -1,0 +1,489 @@
+"""MRTPO on TRL: `MRTPOConfig` and `MRTPOTrainer`, a thin subclass of TRL 1.16's `GRPOTrainer`.
+
+TRL does everything it already does (generation, vLLM, PEFT, accelerate, loss types, logging).
+This subclass changes three things:
+
+1. Rewards. Each `Verifier` runs once per batch through TRL's own `_calculate_rewards` (so the
+   gather across processes is TRL's); its verdicts are kept: scores are the rewards, infos feed
+   the replay, spans go to the credit maps.
+2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by
+   `mrtpo.advantages`: `grpo`/`gdpo` (equal to TRL's own numbers), or, for `mrtpo`, the (B, T)
+   per-token advantages from replaying this process's rows with the current policy
+   (`mrtpo.relevance.replay_distances`). TRL's `_compute_loss` accepts (B, T) advantages as is.
+3. Logging. Beta, replay time and share of the step, and each reward's replay distance (mean and
+   top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
+   `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps a few rows are handed
+   to `mrtpo.credit.write_training_maps` when that module provides it.
+
+Several processes: TRL gathers the rewards of the whole generation batch on every process. The
+group statistics (Ã_k per group) and the batch statistics of S are computed from those gathered
+rewards, and each process replays only its own rows, so a process's per-token advantages equal
+the rows a single process would compute for the whole batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+
+from mrtpo import advantages
+from mrtpo.logging_callbacks import MetricsFileCallback
+from mrtpo.verifiers import Verdict, Verifier, completion_text
+
+ESTIMATORS = ("mrtpo", "gdpo", "grpo")
+REPLAY_MODES = ("leave_one_out", "add_one")
+EPS = 1e-4  # TRL's epsilon in both standard deviations
+TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
+CREDIT_ROWS_PER_END = 1  # credit maps: this many lowest- and this many highest-reward rows
+
+
+@dataclass
+class MRTPOConfig(GRPOConfig):
+    """`GRPOConfig` plus MRTPO's settings. Every field is a `TrlParser` flag.
+
+    `advantage_estimator` decides TRL's `multi_objective_aggregation`: "grpo" is
+    "sum_then_normalize", "gdpo" and "mrtpo" are "normalize_then_sum" (MRTPO is GDPO with each
+    reward's advantage re-allocated among tokens).
+    """
+
+    advantage_estimator: str = field(
+        default="mrtpo",
+        metadata={
+            "help": "How advantages are computed: 'mrtpo' (each reward's advantage goes to its relevant "
+            "tokens), 'gdpo' (normalize each reward per group, sum, normalize over the batch) or 'grpo' "
+            "(sum the rewards, normalize per group).",
+            "choices": list(ESTIMATORS),
+        },
+    )
+    mrtpo_beta: float = field(
+        default=0.5,
+        metadata={"help": "MRTPO weighting strength beta in [0, 1]; 0 gives GDPO on every token."},
+    )
+    mrtpo_warmup_steps: int = field(
+        default=10,
+        metadata={
+            "help": "Optimizer steps over which beta ramps from 0 (smoothstep); 0 = no warm-up."
+        },
+    )
+    replay_mode: str = field(
+        default="leave_one_out",
+        metadata={
+            "help": "Replay contexts: 'leave_one_out' (all information vs. all but reward k) or 'add_one' "
+            "(bare prompt vs. prompt plus reward k's information).",
+            "choices": list(REPLAY_MODES),
+        },
+    )
+    replay_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Responses replayed together; default: mrtpo.relevance's own default."},
+    )
+    replay_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Response positions per JS-distance chunk; default: mrtpo.relevance's own default."
+        },
+    )
+    shuffle_token_weights: bool = field(
+        default=False,
+        metadata={"help": "Ablation: permute each response's token weights among its own tokens."},
+    )
+    credit_map_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Write credit maps of the lowest- and highest-reward rows every N steps (0: never)."
+        },
+    )
+    logging_steps: float = field(
+        default=1,
+        metadata={
+            "help": "Log every N steps (metrics.jsonl gets one line per log). MRTPO default: 1."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.advantage_estimator not in ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator must be one of {', '.join(ESTIMATORS)}, got {self.advantage_estimator!r}"
+            )
+        if not 0.0 <= self.mrtpo_beta <= 1.0:
+            raise ValueError(f"mrtpo_beta must be in [0, 1], got {self.mrtpo_beta!r}")
+        if self.mrtpo_warmup_steps < 0:
+            raise ValueError(f"mrtpo_warmup_steps must be >= 0, got {self.mrtpo_warmup_steps!r}")
+        if self.replay_mode not in REPLAY_MODES:
+            raise ValueError(
+                f"replay_mode must be one of {', '.join(REPLAY_MODES)}, got {self.replay_mode!r}"
+            )
+        for name in ("replay_batch_size", "replay_chunk_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 (or unset), got {value!r}")
+        if self.credit_map_steps < 0:
+            raise ValueError(
+                f"credit_map_steps must be >= 0 (0 = off), got {self.credit_map_steps!r}"
+            )
+        # The estimator decides TRL's aggregation; GRPOConfig's default is "sum_then_normalize", so
+        # the only visible contradiction is GDPO's aggregation requested with GRPO.
+        if self.advantage_estimator == "grpo":
+            if self.multi_objective_aggregation == "normalize_then_sum":
+                raise ValueError(
+                    "multi_objective_aggregation='normalize_then_sum' is GDPO; with advantage_estimator='grpo' "
+                    "leave it at 'sum_then_normalize' (or use advantage_estimator='gdpo')"
+                )
+        else:
+            self.multi_objective_aggregation = "normalize_then_sum"
+        super().__post_init__()
+
+
+class _VerdictKeeper:
+    """A `Verifier` as a TRL reward function that also keeps its last verdicts.
+
+    TRL calls each reward function once per batch; keeping the verdicts here avoids running a
+    verifier a second time for its infos and spans.
+    """
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+        self.verdicts: list[Verdict] | None = None
+
+    @property
+    def __name__(self) -> str:
+        return self.verifier.name
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], **columns: Any
+    ) -> list[float | None]:
+        self.verdicts = self.verifier.verify_batch(prompts, completions, **columns)
+        return [verdict.score for verdict in self.verdicts]
+
+
+class MRTPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` with GRPO, GDPO or MRTPO advantages (see the module docstring).
+
+    Construct it exactly like `GRPOTrainer`, with `args=MRTPOConfig(...)` and the task's
+    verifiers as `reward_funcs`. Plain reward functions work too: they have no verifier
+    information, so under MRTPO their advantage is spread uniformly over the tokens (as GDPO).
+    """
+
+    def __init__(
+        self, *args: Any, callbacks: list[TrainerCallback] | None = None, **kwargs: Any
+    ) -> None:
+        callbacks = list(callbacks or [])
+        if not any(isinstance(callback, MetricsFileCallback) for callback in callbacks):
+            callbacks.append(MetricsFileCallback())
+        super().__init__(*args, callbacks=callbacks, **kwargs)
+        if not isinstance(self.args, MRTPOConfig):
+            raise ValueError(f"args must be an MRTPOConfig, got {type(self.args).__name__}")
+        # Wrap verifiers after TRL has named the reward functions (names come from `__name__`).
+        self.reward_funcs = [
+            _VerdictKeeper(func) if isinstance(func, Verifier) else func
+            for func in self.reward_funcs
+        ]
+        self._batch: dict[str, Any] = {}  # what `_calculate_rewards` saw, for the advantages
+        self._last_credit_step: int | None = None
+
+    # ------------------------------------------------------------------ rewards and verdicts
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards (gathered over processes), keeping this process's batch and verdicts."""
+        for func in self.reward_funcs:
+            if isinstance(func, _VerdictKeeper):
+                func.verdicts = None
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
+        self._batch = {
+            "prompts": prompts,
+            "completions": completions,
+            "completion_ids": completion_ids_list,
+            "rewards": rewards_per_func,  # (N_global, K)
+            "verdicts": [
+                func.verdicts if isinstance(func, _VerdictKeeper) else None
+                for func in self.reward_funcs
+            ],
+        }
+        return rewards_per_func
+
+    def _local_verdicts(self) -> list[list[Verdict]]:
+        """Verdicts of this process's rows: [row][reward]; an empty-info verdict for plain functions."""
+        batch = self._batch
+        num_rows = len(batch["prompts"])
+        rows: list[list[Verdict]] = [[] for _ in range(num_rows)]
+        local = self._process_slice(num_rows)
+        for k, verdicts in enumerate(batch["verdicts"]):
+            for i in range(num_rows):
+                if verdicts is not None:
+                    rows[i].append(verdicts[i])
+                else:
+                    score = batch["rewards"][local][i, k].item()
+                    rows[i].append(Verdict(None if math.isnan(score) else score, ""))
+        return rows
+
+    def _process_slice(self, num_local_rows: int) -> slice:
+        start = self.accelerator.process_index * num_local_rows
+        return slice(start, start + num_local_rows)
+
+    # ------------------------------------------------------------------ advantages
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self._batch["rewards"]
+        local = self._process_slice(len(self._batch["prompts"]))
+        weights = self.reward_weights.to(rewards.device)
+        estimator = self.args.advantage_estimator
+
+        if estimator == "grpo":
+            scalar = advantages.grpo(
+                rewards, group_size, weights, scale=self.scale_rewards, eps=EPS
+            )
+        else:
+            scalar = advantages.gdpo(rewards, group_size, weights, eps=EPS)
+        output["advantages"] = scalar[local].to(output["advantages"].device)
+
+        # Replay only in training: evaluation's loss needs no per-token credit.
+        if estimator == "mrtpo" and mode == "train":
+            per_token, replay = self._mrtpo_advantages(output, rewards, group_size, local, weights)
+            output["advantages"] = per_token
+            self._log_replay(mode, replay)
+            self._maybe_write_credit_maps(output, rewards, group_size, local, weights, replay)
+        return output
+
+    def _replay(self, completion_width: int) -> dict[str, Any]:
+        """Replay this process's rows with the current policy: distances (B, K, T), mask (B, T)."""
+        # Imported here: the replay engine is only needed for MRTPO.
+        from mrtpo.relevance import replay_distances
+
+        verdicts = self._local_verdicts()
+        infos = [[verdict.info for verdict in row] for row in verdicts]
+        options = {}
+        if self.args.replay_chunk_size is not None:
+            options["chunk_size"] = self.args.replay_chunk_size
+        if self.args.replay_batch_size is not None:
+            options["batch_size"] = self.args.replay_batch_size
+
+        model = self.accelerator.unwrap_model(self.model)  # PEFT adapters stay active
+        was_training = model.training
+        started = time.perf_counter()
+        model.eval()
+        try:
+            with (
+                torch.no_grad(),
+                disable_gradient_checkpointing(model, self.args.gradient_checkpointing_kwargs),
+            ):
+                distance, mask = replay_distances(
+                    model,
+                    self.processing_class,
+                    self._batch["prompts"],
+                    self._batch["completion_ids"],
+                    infos,
+                    mode=self.args.replay_mode,
+                    **options,
+                )
+            if distance.is_cuda:
+                torch.cuda.synchronize(distance.device)
+        finally:
+            model.train(was_training)
+        seconds = time.perf_counter() - started
+        device = self.accelerator.device
+        return {
+            "distance": _fit_width(distance.float(), completion_width).to(device),
+            "mask": _fit_width(mask.float(), completion_width).to(device),
+            "verdicts": verdicts,
+            "seconds": seconds,
+        }
+
+    def _mrtpo_advantages(
+        self,
+        output: dict[str, Any],
+        rewards: torch.Tensor,
+        group_size: int,
+        local: slice,
+        weights: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
+        width = output["completion_ids"].shape[1]
+        replay = self._replay(width)
+        beta = advantages.beta_at(
+            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
+        )
+        replay["beta"] = beta
+
+        # `mrtpo()` takes the whole batch's rewards (group and batch statistics) and distances
+        # for every row. Only this process's rows are replayed: the other rows get zero distance
+        # (uniform weights) and are sliced away; a row's advantage depends only on its own
+        # distances and on the rewards, so this equals a single process's computation.
+        num_rows, num_rewards = rewards.shape
+        distance = replay["distance"].new_zeros(num_rows, num_rewards, width)
+        mask = replay["mask"].new_ones(num_rows, width)
+        distance[local] = replay["distance"]
+        mask[local] = replay["mask"]
+        generator = None
+        if self.args.shuffle_token_weights:
+            # Seeded by step and process so that a resumed run shuffles as the original did.
+            generator = torch.Generator(device=distance.device)
+            generator.manual_seed(
+                self.args.seed + 1_000_003 * self.state.global_step + self.accelerator.process_index
+            )
+        per_token = advantages.mrtpo(
+            rewards,
+            group_size,
+            distance,
+            mask,
+            beta,
+            weights=weights,
+            eps=EPS,
+            shuffle=self.args.shuffle_token_weights,
+            generator=generator,
+        )[local]
+        # Padding tokens carry no advantage (they are outside the loss mask anyway).
+        per_token = per_token * replay["mask"]
+        return per_token.to(output["completion_ids"].device), replay
+
+    # ------------------------------------------------------------------ metrics
+
+    def _log_replay(self, mode: str, replay: dict[str, Any]) -> None:
+        metrics = self._metrics[mode]
+        metrics["mrtpo/beta"].append(replay["beta"])
+        seconds = torch.tensor([replay["seconds"]], device=self.accelerator.device)
+        metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
+        distance, mask = replay["distance"], replay["mask"]
+        token_mean = _distance_token_sums(distance, mask)  # (K, 2): sum, count
+        top_share = _top_share_sums(distance, mask, TOP_SHARE)  # (K, 2): sum of shares, responses
+        totals = self.accelerator.reduce(torch.stack([token_mean, top_share]), reduction="sum")
+        for k, name in enumerate(self.reward_func_names):
+            metrics[f"mrtpo/distance/{name}/mean"].append(_ratio(totals[0, k]))
+            metrics[f"mrtpo/distance/{name}/top10_share"].append(_ratio(totals[1, k]))
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # The replay's share of the step: replay seconds over TRL's step time, same window.
+        metrics = self._metrics["train"]
+        replay_seconds, step_time = metrics.get("mrtpo/replay_seconds"), metrics.get("step_time")
+        if self.model.training and replay_seconds and step_time and sum(step_time) > 0:
+            metrics["mrtpo/replay_share"].append(sum(replay_seconds) / sum(step_time))
+        super().log(logs, start_time)
+
+    # ------------------------------------------------------------------ credit maps
+
+    def _maybe_write_credit_maps(
+        self,
+        output: dict[str, Any],
+        rewards: torch.Tensor,
+        group_size: int,
+        local: slice,
+        weights: torch.Tensor,
+        replay: dict[str, Any],
+    ) -> None:
+        steps = self.args.credit_map_steps
+        step = self.state.global_step
+        if steps == 0 or not self.accelerator.is_main_process:
+            return
+        if self._last_credit_step is not None and step - self._last_credit_step < steps:
+            return
+        try:
+            credit = importlib.import_module("mrtpo.credit")
+        except ImportError:
+            return
+        if not hasattr(credit, "write_training_maps"):
+            return
+        self._last_credit_step = step
+        records = self._credit_records(output, rewards, group_size, local, weights, replay)
+        credit.write_training_maps(self.args.output_dir, step, records)
+
+    def _credit_records(
+        self,
+        output: dict[str, Any],
+        rewards: torch.Tensor,
+        group_size: int,
+        local: slice,
+        weights: torch.Tensor,
+        replay: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        """The lowest- and highest-total-reward rows of this process, in the record format of
+        `mrtpo.credit.write_training_maps` (arrays cut to the response's own length)."""
+        local_rewards = rewards[local]
+        total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
+        order = torch.argsort(total, stable=True).tolist()
+        chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
+        token_weight = advantages.token_weights(replay["distance"], replay["mask"], replay["beta"])
+        reward_advantage = torch.nan_to_num(
+            advantages.per_reward(rewards, group_size, eps=EPS)[local]
+        )
+        gdpo = advantages.gdpo(rewards, group_size, weights, eps=EPS)[local]
+        records = []
+        for rank, i in enumerate(chosen):
+            label = "lowest" if rank < CREDIT_ROWS_PER_END and len(chosen) > 1 else "highest"
+            length = len(self._batch["completion_ids"][i])
+            records.append(
+                {
+                    "title": f"{label} total reward ({total[i].item():.3g}), step {self.state.global_step}",
+                    "prompt": self._batch["prompts"][i],
+                    "completion_ids": list(self._batch["completion_ids"][i]),
+                    "tokenizer": self.processing_class,
+                    "text": completion_text(self._batch["completions"][i]),
+                    "names": list(self.reward_func_names),
+                    "distance": replay["distance"][i, :, :length].cpu(),  # [K, T]
+                    "weights": token_weight[i, :, :length].cpu(),  # [K, T]
+                    "reward_advantages": reward_advantage[i].cpu(),  # [K] Ã_k (c_k apart)
+                    "reward_weights": weights.cpu(),  # [K] c_k
+                    "token_advantages": output["advantages"][i, :length].cpu(),  # [T] A_t
+                    "gdpo_advantage": gdpo[i].item(),
+                    "verdicts": replay["verdicts"][i],  # [K] Verdict
+                    # Not read by the renderer; kept for whoever inspects the records.
+                    "label": label,
+                    "step": self.state.global_step,
+                    "rewards": local_rewards[i].tolist(),
+                    "total_reward": total[i].item(),
+                    "beta": replay["beta"],
+                }
+            )
+        return records
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _fit_width(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad with zeros or cut the last dimension to `width` (TRL may pad to a multiple)."""
+    if x.shape[-1] >= width:
+        return x[..., :width]
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+
+
+def _ratio(pair: torch.Tensor) -> float:
+    return (pair[0] / pair[1]).item() if pair[1] > 0 else float("nan")
+
+
+def _distance_token_sums(distance: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per reward: (sum of distance over response tokens, number of tokens). Shape (K, 2)."""
+    sums = (distance * mask.unsqueeze(1)).sum(dim=(0, 2))
+    counts = mask.sum().expand_as(sums)
+    return torch.stack([sums, counts], dim=1)
+
+
+def _top_share_sums(distance: torch.Tensor, mask: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Per reward: (sum over responses of the share of the distance on the top `fraction` of
+    the response's tokens, number of responses with a non-zero distance). Shape (K, 2).
+
+    distance: (B, K, T); mask: (B, T).
+    """
+    masked = distance * mask.unsqueeze(1)
+    ranked = masked.sort(dim=-1, descending=True).values.cumsum(dim=-1)  # (B, K, T)
+    num_tokens = mask.sum(dim=-1)  # (B,)
+    top = (num_tokens * fraction).ceil().clamp(min=1).long() - 1  # index of the last top token
+    top_sum = ranked.gather(-1, top.view(-1, 1, 1).expand(-1, distance.shape[1], 1)).squeeze(-1)
+    total = ranked[..., -1]  # (B, K)
+    counted = (total > 0) & (num_tokens > 0).unsqueeze(1)
+    shares = torch.where(counted, top_sum / total.clamp(min=1e-12), torch.zeros_like(total))
+    return torch.stack([shares.sum(dim=0), counted.sum(dim=0).to(shares.dtype)], dim=1)
+
+
+__all__ = ["ESTIMATORS", "REPLAY_MODES", "MRTPOConfig", "MRTPOTrainer"]

@@ -1,0 +1,141 @@
+"""Toy verifiers and data for the trainer tests, and the two-process training script.
+
+Run by `tests/test_trainer.py` as
+`accelerate launch --num_processes 2 --cpu tests/trainer_toys.py OUT_DIR`: each process trains
+two MRTPO steps on the tiny model and saves, per generation batch, the gathered rewards, its own
+rows' replay distances and mask, and the per-token advantages it computed (`OUT_DIR/rank{r}.pt`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from mrtpo.verifiers import Verdict, Verifier
+
+WORDS = ["apple", "river", "stone", "cloud", "table", "green", "music", "light"]
+
+
+class ContainsLetter(Verifier):
+    """1 if the completion contains the example's `letter`; spans = where it occurs."""
+
+    name = "contains_letter"
+
+    def verify(self, completion: str, example: Mapping[str, Any]) -> Verdict:
+        letter = example["letter"]
+        spans = tuple((i, i + 1) for i, char in enumerate(completion) if char == letter)
+        return Verdict(
+            float(bool(spans)), f"The response must contain the letter {letter!r}.", spans
+        )
+
+
+class EvenLength(Verifier):
+    """1 if the completion has an even number of characters."""
+
+    name = "even_length"
+
+    def verify(self, completion: str, example: Mapping[str, Any]) -> Verdict:
+        even = len(completion) % 2 == 0
+        return Verdict(
+            float(even),
+            "The response must have an even number of characters.",
+            ((0, len(completion)),),
+        )
+
+
+class StartsWithSpace(Verifier):
+    """1 if the completion starts with a space; None (not applicable) for the word 'stone'."""
+
+    name = "starts_with_space"
+
+    def verify(self, completion: str, example: Mapping[str, Any]) -> Verdict:
+        if "stone" in example["prompt"][-1]["content"]:
+            return Verdict(None, "Not checked for this prompt.")
+        return Verdict(
+            float(completion.startswith(" ")), "The response must start with a space.", ((0, 1),)
+        )
+
+
+def toy_dataset(num_prompts: int = 8) -> Dataset:
+    """Chat prompts with a `letter` column the verifiers read."""
+    rows = []
+    for i in range(num_prompts):
+        word = WORDS[i % len(WORDS)]
+        rows.append(
+            {
+                "prompt": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": f"Write one line about the word {word}."},
+                ],
+                "letter": word[0],
+            }
+        )
+    return Dataset.from_list(rows)
+
+
+def toy_verifiers() -> list[Verifier]:
+    return [ContainsLetter(), EvenLength(), StartsWithSpace()]
+
+
+def main(out_dir: str) -> None:
+    import torch
+
+    from mrtpo.testing import tiny_model_and_tokenizer
+    from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
+
+    class Recording(MRTPOTrainer):
+        records: list[dict[str, Any]] = []
+
+        def _mrtpo_advantages(self, output, rewards, group_size, local, weights):
+            per_token, replay = super()._mrtpo_advantages(
+                output, rewards, group_size, local, weights
+            )
+            self.records.append(
+                {
+                    "rewards": rewards.cpu(),
+                    "distance": replay["distance"].cpu(),
+                    "mask": replay["mask"].cpu(),
+                    "advantages": per_token.cpu(),
+                    "beta": replay["beta"],
+                    "local": (local.start, local.stop),
+                }
+            )
+            return per_token, replay
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(
+        output_dir=str(Path(out_dir) / "run"),
+        per_device_train_batch_size=4,
+        num_generations=8,  # one group spans both processes
+        max_completion_length=8,
+        max_steps=2,
+        mrtpo_warmup_steps=0,
+        mrtpo_beta=0.5,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Recording(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    torch.save(
+        {"records": Recording.records, "num_processes": trainer.accelerator.num_processes},
+        Path(out_dir) / f"rank{rank}.pt",
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
