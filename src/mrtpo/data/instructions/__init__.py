@@ -1,0 +1,1 @@
+"""Bundled instruction-following prompts and the script that builds them (`build.py`)."""
