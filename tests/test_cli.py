@@ -1,0 +1,326 @@
+"""The `mrtpo` command: eval writes its table and JSON, train runs and resumes, bad input exits 2.
+
+A small in-test task (`echo`) keeps these fast and independent of the bundled tasks' data; the
+bundled tasks run through the same commands in the integration tests at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from datasets import Dataset
+
+from mrtpo import cli, tasks
+from mrtpo.tasks.base import Task
+from mrtpo.verifiers import Verdict, Verifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class HasAnswerTag(Verifier):
+    name = "answer_tag"
+
+    def verify(self, completion, example):
+        return Verdict(float("<answer>" in completion), "format: <answer>...</answer>")
+
+
+class MentionsNumber(Verifier):
+    """Not applicable (None) on odd rows, to check means skip them."""
+
+    name = "mentions_number"
+
+    def verify(self, completion, example):
+        if example["number"] % 2:
+            return Verdict(None, "")
+        return Verdict(float(str(example["number"]) in completion), f"number: {example['number']}")
+
+
+class EchoTask(Task):
+    name = "echo"
+    system_prompt = "Repeat the number inside <answer> tags."
+
+    def load(self, split="train", path=None, **kwargs):
+        if path is not None:
+            rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        else:
+            rows = [{"number": n} for n in range(10 if split == "train" else 6)]
+        return Dataset.from_list(
+            [
+                {
+                    "prompt": [
+                        {"role": "system", "content": self.system_prompt},
+                        {"role": "user", "content": f"The number is {row['number']}."},
+                    ],
+                    "number": row["number"],
+                }
+                for row in rows
+            ]
+        )
+
+    def verifiers(self, **kwargs):
+        return [HasAnswerTag(), MentionsNumber()]
+
+    def reference_completion(self, example):
+        return f"<answer>{example['number']}</answer>"
+
+
+@pytest.fixture
+def echo_task(monkeypatch):
+    task = EchoTask()
+    real_get = tasks.get
+    monkeypatch.setattr(tasks, "get", lambda name: task if name == "echo" else real_get(name))
+    return task
+
+
+def run_cli(argv, capsys):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ----------------------------------------------------------------------------- eval
+
+
+def test_eval_writes_table_and_json(echo_task, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "eval"
+    code, stdout, _ = run_cli(
+        [
+            "eval",
+            "--task",
+            "echo",
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--max_examples",
+            "5",
+            "--max_new_tokens",
+            "6",
+            "--batch_size",
+            "2",
+            "--output_dir",
+            str(out),
+        ],
+        capsys,
+    )
+    assert code == 0
+    report = json.loads((out / "eval.json").read_text())
+    assert report["num_examples"] == 5 and len(report["examples"]) == 5
+    example = report["examples"][0]
+    assert example["prompt"][0]["content"] == EchoTask.system_prompt
+    assert set(example["verdicts"]) == {"answer_tag", "mentions_number"}
+    assert 1 <= example["completion_tokens"] <= 6
+    # Means are over applicable rows only: rows 0, 2, 4 for mentions_number.
+    scores = [e["verdicts"]["mentions_number"]["score"] for e in report["examples"]]
+    assert scores[1] is None and scores[3] is None
+    assert report["verifiers"]["mentions_number"] == pytest.approx(sum(scores[::2]) / 3)
+    tags = [e["verdicts"]["answer_tag"]["score"] for e in report["examples"]]
+    assert report["verifiers"]["answer_tag"] == pytest.approx(sum(tags) / 5)
+    assert set(report["headline"]) == {"accuracy"}
+    for name in ("answer_tag", "mentions_number", "accuracy"):
+        assert name in stdout
+
+
+def test_eval_batching_does_not_change_greedy_completions(
+    echo_task, tiny_model_dir, tmp_path, capsys
+):
+    """Left padding is handled: batch size 1 and 4 give the same greedy text."""
+    completions = []
+    for batch_size in (1, 4):
+        out = tmp_path / f"b{batch_size}"
+        code, _, _ = run_cli(
+            [
+                "eval",
+                "--task",
+                "echo",
+                "--model_name_or_path",
+                str(tiny_model_dir),
+                "--max_examples",
+                "4",
+                "--max_new_tokens",
+                "5",
+                "--batch_size",
+                str(batch_size),
+                "--output_dir",
+                str(out),
+            ],
+            capsys,
+        )
+        assert code == 0
+        completions.append(
+            [e["completion"] for e in json.loads((out / "eval.json").read_text())["examples"]]
+        )
+    assert completions[0] == completions[1]
+
+
+def test_eval_prompt_ids_equal_trl_grpo_rendering(echo_task, tiny):
+    """`mrtpo eval` tokenizes prompts exactly as TRL's GRPOTrainer does before generating."""
+    from mrtpo.commands.eval import render_prompt_ids
+    from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
+
+    model, tokenizer = tiny
+    dataset = echo_task.load("test")
+    trainer = MRTPOTrainer(
+        model=model,
+        reward_funcs=echo_task.verifiers(),
+        args=MRTPOConfig(
+            output_dir="unused",
+            num_generations=2,
+            per_device_train_batch_size=2,
+            bf16=False,
+            activation_checkpointing=False,
+            report_to="none",
+        ),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trl_ids, _, _ = trainer._tokenize_prompts(list(dataset["prompt"]))
+    assert render_prompt_ids(tokenizer, list(dataset["prompt"])) == [list(ids) for ids in trl_ids]
+
+
+# ----------------------------------------------------------------------------- train
+
+
+def train_argv(model_dir, output_dir, *extra):
+    return [
+        "train",
+        "--task",
+        "echo",
+        "--model_name_or_path",
+        str(model_dir),
+        "--output_dir",
+        str(output_dir),
+        "--max_completion_length",
+        "6",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--save_steps",
+        "1",
+        *extra,
+    ]
+
+
+def test_train_two_steps_then_resume(echo_task, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(
+        train_argv(tiny_model_dir, out, "--advantage_estimator", "gdpo", "--max_steps", "2"), capsys
+    )
+    assert code == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2]
+    assert (out / "curves.png").is_file() and (out / "checkpoint-2").is_dir()
+    assert (out / "model.safetensors").is_file()  # the final model folder eval takes
+    # One summary line per step.
+    summaries = [line for line in stdout.splitlines() if line.startswith("step ")]
+    assert [line.split(" | ")[0] for line in summaries] == ["step 1/2", "step 2/2"]
+    assert "answer_tag" in summaries[0] and "mentions_number" in summaries[0]
+
+    code, _, _ = run_cli(
+        train_argv(
+            tiny_model_dir,
+            out,
+            "--advantage_estimator",
+            "gdpo",
+            "--max_steps",
+            "3",
+            "--resume_from_checkpoint",
+            "last",
+        ),
+        capsys,
+    )
+    assert code == 0
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]
+
+
+def test_train_default_output_dir_and_config(echo_task, tmp_path, monkeypatch):
+    from mrtpo.commands.train import CPU_DEFAULTS, parse_args
+
+    monkeypatch.chdir(tmp_path)
+    script_args, _, config = parse_args(["--task", "echo", "--advantage_estimator", "gdpo"])
+    assert config.output_dir == "outputs/echo-gdpo"
+    assert config.max_steps == CPU_DEFAULTS["max_steps"]
+    assert config.num_generations == CPU_DEFAULTS["num_generations"]
+    assert config.advantage_estimator == "gdpo" and script_args.task == "echo"
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        yaml.safe_dump({"task": "echo", "mrtpo_beta": 0.25, "max_steps": 7, "sft_max_steps": 3})
+    )
+    script_args, cold_start, config = parse_args(["--config", str(recipe), "--max_steps", "9"])
+    assert (config.mrtpo_beta, config.max_steps, cold_start.sft_max_steps) == (0.25, 9, 3)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def assert_one_error_line(code, err, *needles):
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_unknown_task_exits_2(capsys, tmp_path):
+    code, _, err = run_cli(["train", "--task", "chess", "--output_dir", str(tmp_path)], capsys)
+    assert_one_error_line(code, err, "mrtpo train: error:", "chess")
+    code, _, err = run_cli(["eval", "--task", "chess", "--output_dir", str(tmp_path)], capsys)
+    assert_one_error_line(code, err, "mrtpo eval: error:", "chess")
+
+
+def test_missing_data_path_exits_2(echo_task, tiny_model_dir, tmp_path, capsys):
+    missing = str(tmp_path / "no_such.jsonl")
+    code, _, err = run_cli(train_argv(tiny_model_dir, tmp_path / "o", "--data", missing), capsys)
+    assert_one_error_line(code, err, missing)
+    code, _, err = run_cli(
+        ["eval", "--task", "echo", "--model_name_or_path", str(tiny_model_dir), "--data", missing],
+        capsys,
+    )
+    assert_one_error_line(code, err, missing)
+
+
+def test_model_path_without_weights_exits_2(echo_task, tiny, tmp_path, capsys):
+    empty = tmp_path / "no-weights"
+    tiny[1].save_pretrained(empty)
+    code, _, err = run_cli(train_argv(empty, tmp_path / "o"), capsys)
+    assert_one_error_line(code, err, str(empty), "no model weights")
+    code, _, err = run_cli(["eval", "--task", "echo", "--model_name_or_path", str(empty)], capsys)
+    assert_one_error_line(code, err, str(empty))
+
+
+def test_reward_weights_not_matching_verifiers_exits_2(echo_task, tiny_model_dir, tmp_path, capsys):
+    code, _, err = run_cli(
+        train_argv(tiny_model_dir, tmp_path / "o", "--reward_weights", "1.0", "2.0", "3.0"), capsys
+    )
+    assert_one_error_line(code, err, "reward_weights has 3 values", "2 verifiers")
+
+
+def test_bad_config_value_exits_2(echo_task, tmp_path, capsys):
+    code, _, err = run_cli(
+        ["train", "--task", "echo", "--mrtpo_beta", "1.5", "--output_dir", str(tmp_path)], capsys
+    )
+    assert_one_error_line(code, err, "mrtpo_beta")
+
+
+def test_console_script_prints_one_line_and_exits_2(tmp_path):
+    """The installed `mrtpo` entry point, in a fresh process: no traceback reaches the user."""
+    mrtpo = Path(sys.executable).parent / "mrtpo"
+    result = subprocess.run(
+        [str(mrtpo), "eval", "--task", "chess", "--output_dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "mrtpo eval: error: unknown task 'chess'; choose one of sql, tool_calling, instructions"
+    ]

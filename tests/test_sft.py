@@ -1,0 +1,222 @@
+"""`mrtpo sft`: the cold start trains on the completion only, from the very prompt RL generates from."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from datasets import Dataset
+
+from mrtpo import cli, tasks
+from mrtpo.commands import sft
+from mrtpo.commands.eval import render_prompt_ids
+from mrtpo.models import load_model
+from mrtpo.tasks.base import Task
+from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.verifiers import Verdict, Verifier
+
+
+class TagVerifier(Verifier):
+    name = "tag"
+
+    def verify(self, completion, example):
+        return Verdict(float("<answer>" in completion), "format: <answer>...</answer>")
+
+
+class CountryTask(Task):
+    """Capitals; only rows with a known capital have a reference."""
+
+    name = "capitals"
+    system_prompt = "Answer with the capital inside <answer> tags."
+    capitals = {
+        "France": "Paris",
+        "Peru": "Lima",
+        "Japan": "Tokyo",
+        "Chad": None,
+        "Kenya": "Nairobi",
+    }
+
+    def load(self, split="train", path=None, **kwargs):
+        return Dataset.from_list(
+            [
+                {
+                    "prompt": [
+                        {"role": "system", "content": self.system_prompt},
+                        {"role": "user", "content": f"What is the capital of {country}?"},
+                    ],
+                    "country": country,
+                }
+                for country in self.capitals
+            ]
+        )
+
+    def verifiers(self, **kwargs):
+        return [TagVerifier()]
+
+    def reference_completion(self, example):
+        capital = self.capitals[example["country"]]
+        return None if capital is None else f"<answer>{capital}</answer>"
+
+
+class NoReferences(CountryTask):
+    name = "noref"
+
+    def reference_completion(self, example):
+        return None
+
+
+@pytest.fixture
+def capitals(monkeypatch):
+    registered = {"capitals": CountryTask(), "noref": NoReferences()}
+    real_get = tasks.get
+    monkeypatch.setattr(tasks, "get", lambda name: registered.get(name) or real_get(name))
+    return registered["capitals"]
+
+
+def sft_trainer(task_name, model_dir, output_dir, *extra):
+    script_args, config = sft.parse_args(
+        [
+            "--task",
+            task_name,
+            "--model_name_or_path",
+            str(model_dir),
+            "--output_dir",
+            str(output_dir),
+            "--per_device_train_batch_size",
+            "2",
+            *extra,
+        ]
+    )
+    return sft.build_trainer(script_args, config)
+
+
+def test_dataset_is_prompt_completion_from_references(capitals):
+    dataset = sft.cold_start_dataset(capitals, seed=0)
+    assert len(dataset) == 4  # Chad has no reference
+    by_country = {row["prompt"][1]["content"].split()[-1].rstrip("?"): row for row in dataset}
+    assert by_country["Peru"]["completion"] == [
+        {"role": "assistant", "content": "<answer>Lima</answer>"}
+    ]
+    assert by_country["Peru"]["prompt"] == capitals.load("train")[1]["prompt"]
+    assert len(sft.cold_start_dataset(capitals, max_examples=2)) == 2
+
+
+def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
+    capitals, tiny, tiny_model_dir, tmp_path
+):
+    from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
+
+    trainer = sft_trainer("capitals", tiny_model_dir, tmp_path / "sft")
+    tokenizer = trainer.processing_class
+    rows = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    batch = trainer.data_collator(rows)
+
+    # The prompts `mrtpo train` generates from: TRL's GRPOTrainer tokenization, run for real.
+    model, _ = tiny
+    grpo = MRTPOTrainer(
+        model=model,
+        reward_funcs=capitals.verifiers(),
+        args=MRTPOConfig(
+            output_dir=str(tmp_path / "grpo"),
+            num_generations=2,
+            per_device_train_batch_size=2,
+            bf16=False,
+            activation_checkpointing=False,
+            report_to="none",
+        ),
+        train_dataset=capitals.load("train"),
+        processing_class=tokenizer,
+    )
+    dataset = sft.cold_start_dataset(capitals, seed=trainer.args.seed)
+    train_prompt_ids, _, _ = grpo._tokenize_prompts(list(dataset["prompt"]))
+    assert [list(ids) for ids in train_prompt_ids] == render_prompt_ids(
+        tokenizer, list(dataset["prompt"])
+    )
+
+    for i, prompt_ids in enumerate(train_prompt_ids):
+        keep = batch["attention_mask"][i].bool()
+        ids, labels = batch["input_ids"][i][keep], batch["labels"][i][keep]
+        n = len(prompt_ids)
+        # Byte-identical prompt: same tokens, hence same text.
+        assert ids[:n].tolist() == list(prompt_ids)
+        assert tokenizer.decode(ids[:n]) == tokenizer.decode(list(prompt_ids))
+        # Every prompt token is masked, every completion token is learned.
+        assert (labels[:n] == -100).all()
+        assert torch.equal(labels[n:], ids[n:]) and len(ids) > n
+        reference = dataset[i]["completion"][0]["content"]
+        assert tokenizer.decode(ids[n:]).startswith(reference)
+    # Padding is never learned either.
+    assert (batch["labels"][~batch["attention_mask"].bool()] == -100).all()
+
+
+def test_sft_two_steps_writes_a_loadable_model(capitals, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "cold"
+    code = cli.main(
+        [
+            "sft",
+            "--task",
+            "capitals",
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--learning_rate",
+            "1e-3",
+        ]
+    )
+    assert code == 0
+    assert "sft: 2 steps on 4 capitals demonstrations" in capsys.readouterr().out
+    model, tokenizer = load_model(out)
+    reference, reference_tokenizer = tiny_model_and_tokenizer(seed=0)
+    assert tokenizer.chat_template == reference_tokenizer.chat_template
+    changed = [
+        name
+        for name, p in model.named_parameters()
+        if not torch.equal(p, reference.get_parameter(name))
+    ]
+    assert changed, "two steps at lr 1e-3 must change the weights"
+
+
+def test_task_without_references_exits_2(capitals, tiny_model_dir, tmp_path, capsys):
+    code = cli.main(
+        [
+            "sft",
+            "--task",
+            "noref",
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "no reference responses" in err[0] and "noref" in err[0]
+
+
+def test_recipe_sft_keys_set_the_budget(capitals, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "task": "capitals",
+                "max_steps": 40,
+                "mrtpo_beta": 0.5,
+                "sft_max_steps": 3,
+                "sft_learning_rate": 2e-5,
+                "sft_max_train_examples": 16,
+            }
+        )
+    )
+    script_args, config = sft.parse_args(["--config", str(recipe), "--output_dir", str(tmp_path)])
+    assert script_args.task == "capitals" and script_args.max_train_examples == 16
+    assert (
+        config.max_steps == 3 and config.learning_rate == 2e-5
+    )  # the recipe's RL max_steps is not SFT's
+    assert config.completion_only_loss is True
+    _, config = sft.parse_args(["--config", str(recipe), "--max_steps", "5"])
+    assert config.max_steps == 5 and config.output_dir == "outputs/sft-capitals"
