@@ -1,0 +1,354 @@
+"""Advantages for multi-reward RL: GRPO, GDPO and MRTPO, as pure functions on tensors.
+
+Rows are ordered group by group: rows ``g*G .. g*G+G-1`` are the ``G`` responses to one prompt
+(TRL's layout). ``rewards`` is ``Tensor[N, K]``: one column per reward function, ``NaN`` where a
+reward function gave no score (TRL turns ``None`` into ``NaN``).
+
+``grpo`` and ``gdpo`` reproduce TRL 1.16 ``GRPOTrainer._generate_and_score_completions``
+operation by operation (``multi_objective_aggregation`` ``"sum_then_normalize"`` and
+``"normalize_then_sum"``), so that the numbers are equal, not merely close. ``mrtpo`` is GDPO
+with each reward's normalized advantage re-allocated among the response's tokens by relevance
+weights (``../shared/METHOD.md`` steps 3-5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+SCALES = ("group", "batch", "none")
+QBAR_MIN = 1e-8  # below this a reward's mean distance counts as 0: uniform weights
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_rewards(rewards: Tensor, group_size: int) -> Tensor:
+    if not isinstance(rewards, Tensor):
+        raise ValueError(f"rewards must be a torch.Tensor of shape (N, K), got {type(rewards)}")
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must have shape (N, K), got {tuple(rewards.shape)}")
+    if rewards.shape[0] == 0 or rewards.shape[1] == 0:
+        raise ValueError(
+            f"rewards must have at least one row and one column, got {tuple(rewards.shape)}"
+        )
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    if rewards.shape[0] % group_size:
+        raise ValueError(
+            f"group_size={group_size} does not divide the number of rows N={rewards.shape[0]}"
+        )
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if torch.isinf(rewards).any():
+        raise ValueError("rewards contain +-inf (NaN means 'no score'; inf is not a reward)")
+    return rewards
+
+
+def _check_weights(weights: Sequence[float] | Tensor | None, rewards: Tensor) -> Tensor:
+    """Reward weights c_k as a Tensor[K] in rewards' dtype (TRL: float32 ones by default)."""
+    num_rewards = rewards.shape[1]
+    if weights is None:
+        return torch.ones(num_rewards, dtype=rewards.dtype, device=rewards.device)
+    weights = torch.as_tensor(weights, dtype=rewards.dtype, device=rewards.device)
+    if weights.shape != (num_rewards,):
+        raise ValueError(
+            f"weights must have shape ({num_rewards},) (one per reward), got {tuple(weights.shape)}"
+        )
+    if not torch.isfinite(weights).all():
+        raise ValueError("weights must be finite")
+    return weights
+
+
+def _check_eps(eps: float) -> None:
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+
+
+def _check_beta(beta: float) -> None:
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {beta!r}")
+
+
+def _check_distance_mask(distance: Tensor, mask: Tensor) -> Tensor:
+    """Validate shapes and values; returns the mask as a bool Tensor[N, T]."""
+    if not isinstance(distance, Tensor) or distance.dim() != 3:
+        raise ValueError(
+            f"distance must be a Tensor of shape (N, K, T), got {getattr(distance, 'shape', type(distance))}"
+        )
+    if not isinstance(mask, Tensor) or mask.dim() != 2:
+        raise ValueError(
+            f"mask must be a Tensor of shape (N, T), got {getattr(mask, 'shape', type(mask))}"
+        )
+    n, _, t = distance.shape
+    if mask.shape != (n, t):
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, expected (N, T) = ({n}, {t}) from distance"
+        )
+    if mask.dtype != torch.bool:
+        if not ((mask == 0) | (mask == 1)).all():
+            raise ValueError("mask must contain only 0 and 1")
+        mask = mask != 0
+    valid = distance[mask.unsqueeze(1).expand_as(distance)]
+    if not torch.isfinite(valid).all() or (valid < 0).any():
+        raise ValueError("distance must be finite and >= 0 on response tokens (mask = 1)")
+    return mask
+
+
+def _nanstd(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    """Std ignoring NaN with Bessel's correction; NaN where fewer than 2 values (as TRL's nanstd)."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
+    correction = count / (count - 1)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    std = torch.sqrt(variance * correction)
+    if keepdim:
+        return std
+    return std.squeeze(dim) if dim is not None else std.squeeze()
+
+
+# ----------------------------------------------------------------------------- baselines
+
+
+def per_reward(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+    """Group-normalized advantage of each reward, ``Ã_k = (r_k - mean_g r_k) / (std_g r_k + eps)``.
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, the number of rows per prompt; must divide N.
+        eps: added to the std (TRL: 1e-4).
+
+    Returns:
+        Tensor[N, K]. NaN where the reward is NaN, and in a group where that reward has fewer
+        than two scores (TRL's nanstd is NaN there; its nansum later drops these). With
+        ``group_size == 1`` the std is taken as 0 (TRL's branch), so Ã_k is 0. A reward with zero
+        variance in a group gives 0 there.
+    """
+    rewards = _check_rewards(rewards, group_size)
+    _check_eps(eps)
+    num_rewards = rewards.shape[1]
+    grouped = rewards.view(-1, group_size, num_rewards)  # (N/G, G, K)
+    mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+    if group_size > 1:
+        std_k = _nanstd(grouped, dim=1, keepdim=True)
+    else:
+        std_k = torch.zeros_like(mean_k)
+    return ((grouped - mean_k) / (std_k + eps)).view(-1, num_rewards)
+
+
+def _gdpo_parts(
+    rewards: Tensor, group_size: int, weights: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """GDPO's pieces: (Ã Tensor[N,K], c Tensor[K], S Tensor[N], mean_batch S, std_batch S).
+
+    S is NaN on unscorable rows (every reward NaN), which are left out of the batch statistics.
+    """
+    rewards = _check_rewards(rewards, group_size)
+    weights = _check_weights(weights, rewards)
+    normalized = per_reward(rewards, group_size, eps)
+    summed = (normalized * weights.unsqueeze(0)).nansum(dim=1)
+    unscorable = torch.isnan(rewards).all(dim=1)
+    summed[unscorable] = torch.nan
+    if summed.numel() > 1:
+        std_batch = _nanstd(summed).expand_as(summed)
+    else:
+        std_batch = torch.zeros_like(summed)
+    return normalized, weights, summed, torch.nanmean(summed), std_batch
+
+
+def gdpo(
+    rewards: Tensor,
+    group_size: int,
+    weights: Sequence[float] | Tensor | None = None,
+    eps: float = 1e-4,
+) -> Tensor:
+    """GDPO: normalize each reward within its group, sum, then normalize over the batch.
+
+    Equal to TRL 1.16 with ``multi_objective_aggregation="normalize_then_sum"``.
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, rows per prompt; must divide N.
+        weights: c_k, Tensor[K] or a sequence of K floats (default all 1).
+        eps: added to both stds (TRL: 1e-4).
+
+    Returns:
+        Tensor[N]. 0 on rows where every reward is NaN; never NaN.
+    """
+    _check_eps(eps)
+    _, _, summed, mean_batch, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
+    advantages = (summed - mean_batch) / (std_batch + eps)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def grpo(
+    rewards: Tensor,
+    group_size: int,
+    weights: Sequence[float] | Tensor | None = None,
+    scale: str = "group",
+    eps: float = 1e-4,
+) -> Tensor:
+    """GRPO: sum the weighted rewards, then normalize within each group.
+
+    Equal to TRL 1.16 with ``multi_objective_aggregation="sum_then_normalize"`` and
+    ``scale_rewards=scale``: the mean is always the group's; the std is the group's
+    (``"group"``), the batch's (``"batch"``), or not divided by (``"none"``).
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, rows per prompt; must divide N.
+        weights: c_k, Tensor[K] or a sequence of K floats (default all 1).
+        scale: "group", "batch" or "none".
+        eps: added to the std (TRL: 1e-4).
+
+    Returns:
+        Tensor[N]. 0 where TRL's value is NaN (unscorable rows, groups with one score).
+    """
+    rewards = _check_rewards(rewards, group_size)
+    weights = _check_weights(weights, rewards)
+    _check_eps(eps)
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    summed = (rewards * weights.unsqueeze(0)).nansum(dim=1)
+    summed[torch.isnan(rewards).all(dim=1)] = torch.nan
+    mean_group = torch.nanmean(summed.view(-1, group_size), dim=1).repeat_interleave(group_size)
+    advantages = summed - mean_group
+    if scale == "group":
+        if group_size > 1:
+            std = _nanstd(summed.view(-1, group_size), dim=1).repeat_interleave(group_size)
+        else:
+            std = torch.zeros_like(summed)
+        advantages = advantages / (std + eps)
+    elif scale == "batch":
+        std = _nanstd(summed).expand_as(summed) if summed.numel() > 1 else torch.zeros_like(summed)
+        advantages = advantages / (std + eps)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+# ----------------------------------------------------------------------------- MRTPO
+
+
+def token_weights(distance: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """Relevance weights ``w_{k,t} = (1 - beta) + beta * q_{k,t} / qbar_k`` (METHOD.md step 3).
+
+    Args:
+        distance: Tensor[N, K, T], q_{k,t} >= 0 (JS distance from replay); ignored where mask is 0.
+        mask: Tensor[N, T], 1 on response tokens, 0 on padding (bool or 0/1).
+        beta: in [0, 1]; 0 gives uniform weights.
+
+    Returns:
+        Tensor[N, K, T]: weights averaging exactly 1 (up to rounding) over each response's tokens
+        for every reward; 1 everywhere on the response where qbar_k < 1e-8; 0 where mask is 0.
+    """
+    _check_beta(beta)
+    mask = _check_distance_mask(distance, mask)
+    valid = mask.unsqueeze(1)  # (N, 1, T)
+    dtype = distance.dtype if distance.is_floating_point() else torch.float32
+    q = torch.where(valid, distance.to(dtype), torch.zeros((), dtype=dtype, device=distance.device))
+    num_tokens = mask.sum(dim=-1, keepdim=True).unsqueeze(1).to(dtype)  # (N, 1, 1)
+    qbar = q.sum(dim=-1, keepdim=True) / num_tokens.clamp(min=1)  # (N, K, 1)
+    uniform = qbar < QBAR_MIN
+    weights = (1.0 - beta) + beta * q / torch.where(uniform, torch.ones_like(qbar), qbar)
+    weights = torch.where(uniform, torch.ones_like(weights), weights)
+    return torch.where(valid, weights, torch.zeros_like(weights))
+
+
+def shuffle_weights(
+    weights: Tensor, mask: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
+    """Permute each response's weights of each reward among its own response tokens.
+
+    The ``shuffle`` ablation: same values per (row, reward), random positions; an independent
+    permutation for every (row, reward). Positions where mask is 0 are left unchanged.
+
+    Args:
+        weights: Tensor[N, K, T].
+        mask: Tensor[N, T], 1 on response tokens.
+        generator: torch.Generator for reproducibility (on weights' device).
+
+    Returns:
+        Tensor[N, K, T].
+    """
+    valid = (mask != 0).unsqueeze(1).expand_as(weights)
+    positions = torch.arange(weights.shape[-1], device=weights.device).expand_as(weights)
+    inf = torch.tensor(float("inf"), device=weights.device)
+    # The valid positions in order, then the others: j-th slot of the permutation's target.
+    targets = torch.argsort(
+        torch.where(valid, positions.to(torch.float32), inf), dim=-1, stable=True
+    )
+    # The valid positions in random order, then the others: where each slot takes its value from.
+    keys = torch.rand(weights.shape, generator=generator, device=weights.device)
+    sources = torch.argsort(torch.where(valid, keys, inf), dim=-1, stable=True)
+    return torch.empty_like(weights).scatter_(-1, targets, weights.gather(-1, sources))
+
+
+def mrtpo(
+    rewards: Tensor,
+    group_size: int,
+    distance: Tensor,
+    mask: Tensor,
+    beta: float,
+    weights: Sequence[float] | Tensor | None = None,
+    eps: float = 1e-4,
+    shuffle: bool = False,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """MRTPO per-token advantages (METHOD.md step 4).
+
+    ``A_t = (sum_k c_k w_{k,t} Ã_k - mean_batch S) / (std_batch S + eps)``, with Ã_k, S and the
+    batch statistics exactly as GDPO's. A reward with no normalized advantage on a row (NaN)
+    contributes 0 there, as in GDPO's nansum.
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, rows per prompt; must divide N.
+        distance: Tensor[N, K, T], replay JS distance of each reward at each response token.
+        mask: Tensor[N, T], 1 on response tokens.
+        beta: weighting strength in [0, 1] (0: GDPO on every token).
+        weights: c_k, Tensor[K] or a sequence of K floats (default all 1).
+        eps: added to both stds (TRL: 1e-4).
+        shuffle: permute each response's token weights among its tokens (ablation).
+        generator: torch.Generator for the shuffle.
+
+    Returns:
+        Tensor[N, T]: 0 where mask is 0 and on rows where every reward is NaN; the mean over a
+        response's tokens equals its GDPO advantage.
+    """
+    _check_eps(eps)
+    rewards = _check_rewards(rewards, group_size)
+    if isinstance(distance, Tensor) and distance.dim() == 3 and distance.shape[:2] != rewards.shape:
+        raise ValueError(
+            f"distance has shape {tuple(distance.shape)}, expected (N, K, T) with (N, K) = "
+            f"{tuple(rewards.shape)} from rewards"
+        )
+    relevance = token_weights(distance, mask, beta).to(rewards.dtype)
+    if shuffle:
+        relevance = shuffle_weights(relevance, mask, generator)
+    normalized, c, summed, mean_batch, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
+    per_token = (normalized.unsqueeze(-1) * c.view(1, -1, 1) * relevance).nansum(dim=1)  # (N, T)
+    per_token[torch.isnan(summed)] = torch.nan  # unscorable rows, as in GDPO
+    advantages = (per_token - mean_batch) / (std_batch.unsqueeze(-1) + eps)
+    advantages = torch.nan_to_num(advantages, nan=0.0)
+    return torch.where(mask != 0, advantages, torch.zeros_like(advantages))
+
+
+def beta_at(step: int, beta: float, warmup_steps: int) -> float:
+    """Smoothstep warm-up of beta: ``beta * (3u^2 - 2u^3)``, ``u = min(step / warmup_steps, 1)``.
+
+    Args:
+        step: optimizer step (0-based), >= 0.
+        beta: the final beta, in [0, 1].
+        warmup_steps: steps to reach beta, >= 0 (0: beta from the start).
+    """
+    _check_beta(beta)
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step!r}")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps!r}")
+    if warmup_steps == 0:
+        return float(beta)
+    u = min(step / warmup_steps, 1.0)
+    return float(beta * (3 * u**2 - 2 * u**3))

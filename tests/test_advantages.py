@@ -1,0 +1,382 @@
+"""Advantages: GRPO/GDPO equal TRL 1.16's own lines; MRTPO's properties (hypothesis)."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trl.trainer import grpo_trainer
+from trl.trainer.utils import nanstd
+
+from mrtpo.advantages import beta_at, gdpo, grpo, mrtpo, per_reward, shuffle_weights, token_weights
+
+# ----------------------------------------------------------------------------- TRL's own code
+
+
+def _trl_advantage_block():
+    """The advantage lines of TRL 1.16 `GRPOTrainer._generate_and_score_completions`.
+
+    Taken from the installed TRL's source at test time (from `unscorable_mask = ...` to
+    `advantages = torch.nan_to_num(...)`, i.e. grpo_trainer.py ~lines 2759-2812 in 1.16.0), so the
+    comparison runs TRL's code itself, not a transcription of it.
+    """
+    source = textwrap.dedent(
+        inspect.getsource(grpo_trainer.GRPOTrainer._generate_and_score_completions)
+    )
+    start = source.index("unscorable_mask = torch.isnan(rewards_per_func)")
+    end_marker = "advantages = torch.nan_to_num(advantages, nan=0.0)"
+    end = source.index(end_marker) + len(end_marker)
+    # Cut at the start of the line so the block's indentation is consistent, then dedent it.
+    start = source.rindex("\n", 0, start) + 1
+    return compile(textwrap.dedent(source[start:end]), "trl_advantages", "exec")
+
+
+TRL_BLOCK = _trl_advantage_block()
+
+
+def trl_advantages(
+    rewards: torch.Tensor, group_size: int, weights, aggregation: str, scale: str = "group"
+):
+    """Run TRL's lines with a stand-in `self` holding only the attributes they read."""
+    num_rewards = rewards.shape[1]
+    fake_self = SimpleNamespace(
+        multi_objective_aggregation=aggregation,
+        scale_rewards=scale,
+        reward_weights=torch.tensor(weights, dtype=torch.float32)
+        if weights is not None
+        else torch.ones(num_rewards, dtype=torch.float32),
+        reward_funcs=[None] * num_rewards,
+    )
+    scope = {
+        "self": fake_self,
+        "torch": torch,
+        "nanstd": nanstd,
+        "device": rewards.device,
+        "num_generations": group_size,
+        "rewards_per_func": rewards.clone(),
+    }
+    exec(TRL_BLOCK, scope)
+    return scope["advantages"]
+
+
+def random_rewards(
+    gen: torch.Generator, groups: int, group_size: int, num_rewards: int
+) -> torch.Tensor:
+    """Mixed binary / continuous rewards with NaNs, whole NaN rows, and zero-variance groups."""
+    n = groups * group_size
+    binary = (torch.rand(n, num_rewards, generator=gen) < 0.5).float()
+    continuous = torch.randn(n, num_rewards, generator=gen) * 3 + 0.1
+    rewards = torch.where(torch.rand(n, num_rewards, generator=gen) < 0.5, binary, continuous)
+    rewards[torch.rand(n, num_rewards, generator=gen) < 0.2] = torch.nan
+    rewards[torch.rand(n, generator=gen) < 0.1] = torch.nan  # unscorable rows
+    # A zero-variance group for one reward, and one group constant on every reward.
+    rewards[:group_size, 0] = 0.3
+    if groups > 1:
+        rewards[group_size : 2 * group_size] = 1.0
+    return rewards
+
+
+CASES = [(g, k, seed) for g in (2, 4, 8) for k in (1, 2, 5) for seed in range(3)]
+
+
+@pytest.mark.parametrize(("group_size", "num_rewards", "seed"), CASES)
+def test_gdpo_equals_trl(group_size, num_rewards, seed):
+    gen = torch.Generator().manual_seed(seed)
+    rewards = random_rewards(gen, groups=4, group_size=group_size, num_rewards=num_rewards)
+    for weights in (None, (torch.rand(num_rewards, generator=gen) * 2 - 0.5).tolist()):
+        expected = trl_advantages(rewards, group_size, weights, "normalize_then_sum")
+        actual = gdpo(rewards, group_size, weights=weights)
+        assert torch.equal(actual, expected), (actual, expected)
+        assert torch.isfinite(actual).all()
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize(("group_size", "num_rewards", "seed"), CASES)
+def test_grpo_equals_trl(group_size, num_rewards, seed, scale):
+    gen = torch.Generator().manual_seed(100 + seed)
+    rewards = random_rewards(gen, groups=4, group_size=group_size, num_rewards=num_rewards)
+    for weights in (None, (torch.rand(num_rewards, generator=gen) * 2 - 0.5).tolist()):
+        expected = trl_advantages(rewards, group_size, weights, "sum_then_normalize", scale)
+        actual = grpo(rewards, group_size, weights=weights, scale=scale)
+        assert torch.equal(actual, expected), (actual, expected)
+        assert torch.isfinite(actual).all()
+
+
+def test_single_generation_and_single_row_match_trl():
+    rewards = torch.tensor([[1.0, 0.0], [0.5, float("nan")], [2.0, 1.0]])
+    assert torch.equal(gdpo(rewards, 1), trl_advantages(rewards, 1, None, "normalize_then_sum"))
+    for scale in ("group", "batch", "none"):
+        assert torch.equal(
+            grpo(rewards, 1, scale=scale),
+            trl_advantages(rewards, 1, None, "sum_then_normalize", scale),
+        )
+    one = torch.tensor([[0.7, 0.2]])
+    assert torch.equal(gdpo(one, 1), trl_advantages(one, 1, None, "normalize_then_sum"))
+
+
+def test_per_reward_values():
+    rewards = torch.tensor([[1.0, 5.0], [0.0, 5.0], [1.0, float("nan")], [0.0, 5.0]])
+    normalized = per_reward(rewards, group_size=4)
+    std = torch.tensor([1.0, 0.0, 1.0, 0.0]).std()  # Bessel
+    expected0 = (torch.tensor([1.0, 0.0, 1.0, 0.0]) - 0.5) / (std + 1e-4)
+    torch.testing.assert_close(normalized[:, 0], expected0)
+    assert normalized[[0, 1, 3], 1].eq(0).all()  # zero variance -> 0
+    assert torch.isnan(normalized[2, 1])  # no score stays NaN (dropped by the nansum later)
+
+
+def test_all_nan_column_in_a_group_gives_zero():
+    rewards = torch.tensor([[1.0, float("nan")], [0.0, float("nan")], [1.0, 1.0], [0.0, 0.0]])
+    advantages = gdpo(rewards, 2)
+    assert torch.isfinite(advantages).all()
+    # Group 1 has only reward 0; group 2 has both; the NaN column adds nothing in group 1.
+    s = torch.tensor([0.5, -0.5, 1.0, -1.0]) / (torch.tensor([1.0, 0.0]).std() + 1e-4)
+    torch.testing.assert_close(advantages, (s - s.mean()) / (s.std() + 1e-4))
+
+
+# ----------------------------------------------------------------------------- MRTPO properties
+
+FINITE = st.floats(min_value=-10, max_value=10, allow_nan=False, width=32)
+
+
+@st.composite
+def mrtpo_inputs(draw):
+    group_size = draw(st.sampled_from([1, 2, 4]))
+    groups = draw(st.integers(1, 3))
+    num_rewards = draw(st.integers(1, 4))
+    length = draw(st.integers(1, 9))
+    n = groups * group_size
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.tensor(
+        draw(st.lists(FINITE, min_size=n * num_rewards, max_size=n * num_rewards))
+    )
+    rewards = rewards.view(n, num_rewards)
+    rewards[torch.rand(n, num_rewards, generator=gen) < draw(st.sampled_from([0.0, 0.3]))] = (
+        torch.nan
+    )
+    lengths = torch.randint(0, length + 1, (n,), generator=gen)
+    lengths[0] = max(int(lengths[0]), 1)
+    mask = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)
+    if draw(st.booleans()):
+        mask = mask.flip(-1)  # left-aligned responses work the same
+    distance = torch.rand(n, num_rewards, length, generator=gen)
+    distance[torch.rand(n, num_rewards, length, generator=gen) < 0.3] = 0.0
+    if draw(st.booleans()):
+        distance[0, 0] = 0.0  # a response with no relevant token for reward 0
+    distance[~mask.unsqueeze(1).expand_as(distance)] = draw(st.sampled_from([0.0, 7.0]))
+    beta = draw(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]) | st.floats(0, 1))
+    c = draw(st.none() | st.lists(st.floats(0.1, 3), min_size=num_rewards, max_size=num_rewards))
+    return rewards, group_size, distance, mask, beta, c
+
+
+def rounding_scale(inputs) -> float:
+    """Tolerance for float32 rounding in MRTPO's per-token sums.
+
+    The terms c_k w_{k,t} Ã_k of a token can be large and cancel; their rounding error is then
+    divided by std_batch S + eps (as small as 1e-4), so the tolerance follows the terms' size.
+    """
+    rewards, group_size, distance, mask, beta, c = inputs
+    terms = per_reward(rewards, group_size).abs().unsqueeze(-1) * token_weights(
+        distance, mask, beta
+    )
+    if c is not None:
+        terms = terms * torch.tensor(c).view(1, -1, 1)
+    summed = gdpo_sums(rewards, group_size, c)
+    std = summed.std() if summed.numel() > 1 else torch.tensor(0.0)
+    largest = float(terms.nansum(1).max()) + (float(summed.abs().max()) if summed.numel() else 0.0)
+    return float(1e-5 + 4e-7 * largest / (torch.nan_to_num(std) + 1e-4))
+
+
+def gdpo_sums(rewards, group_size, c):
+    """S = sum_k c_k Ã_k on scorable rows (for the tolerance only)."""
+    normalized = per_reward(rewards, group_size)
+    if c is not None:
+        normalized = normalized * torch.tensor(c)
+    scorable = ~torch.isnan(rewards).all(1)
+    return normalized.nansum(1)[scorable]
+
+
+@settings(max_examples=150, deadline=None)
+@given(mrtpo_inputs())
+def test_mrtpo_token_mean_is_gdpo(inputs):
+    rewards, group_size, distance, mask, beta, c = inputs
+    advantages = mrtpo(rewards, group_size, distance, mask, beta, weights=c)
+    assert advantages.shape == mask.shape
+    assert torch.isfinite(advantages).all()
+    assert advantages[~mask].eq(0).all()
+    expected = gdpo(rewards, group_size, weights=c)
+    lengths = mask.sum(-1)
+    has_tokens = lengths > 0
+    token_mean = advantages.sum(-1)[has_tokens] / lengths[has_tokens]
+    torch.testing.assert_close(
+        token_mean, expected[has_tokens], atol=rounding_scale(inputs), rtol=1e-5
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(mrtpo_inputs())
+def test_mrtpo_beta_zero_and_uniform_distance_give_gdpo(inputs):
+    rewards, group_size, distance, mask, _, c = inputs
+    expected = gdpo(rewards, group_size, weights=c).unsqueeze(-1).expand_as(mask) * mask
+    at_zero = mrtpo(rewards, group_size, distance, mask, 0.0, weights=c)
+    torch.testing.assert_close(at_zero, expected, atol=1e-6, rtol=1e-6)
+    uniform = torch.full_like(distance, 0.37)
+    for beta in (0.5, 1.0):
+        torch.testing.assert_close(
+            mrtpo(rewards, group_size, uniform, mask, beta, weights=c),
+            expected,
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+
+def test_mrtpo_beta_zero_is_exactly_gdpo():
+    gen = torch.Generator().manual_seed(0)
+    rewards = random_rewards(gen, groups=3, group_size=4, num_rewards=3)
+    distance = torch.rand(12, 3, 6, generator=gen)
+    mask = torch.ones(12, 6, dtype=torch.bool)
+    expected = gdpo(rewards, 4).unsqueeze(-1).expand(12, 6)
+    assert torch.equal(mrtpo(rewards, 4, distance, mask, 0.0), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(mrtpo_inputs())
+def test_token_weights_properties(inputs):
+    _, _, distance, mask, beta, _ = inputs
+    weights = token_weights(distance, mask, beta)
+    assert torch.isfinite(weights).all()
+    assert weights[~mask.unsqueeze(1).expand_as(weights)].eq(0).all()
+    assert (weights >= 0).all()
+    lengths = mask.sum(-1)
+    rows = lengths > 0
+    means = weights.sum(-1)[rows] / lengths[rows].unsqueeze(-1)
+    torch.testing.assert_close(means, torch.ones_like(means), atol=1e-5, rtol=0)
+    # A reward whose distances are all 0 on a response gets uniform weights 1.
+    valid = mask.unsqueeze(1).expand_as(distance)
+    zero_rows = (torch.where(valid, distance, 0.0).sum(-1) == 0) & rows.unsqueeze(1)
+    for n, k in zero_rows.nonzero().tolist():
+        assert weights[n, k][mask[n]].eq(1).all()
+
+
+def test_token_weights_values():
+    distance = torch.tensor([[[0.1, 0.3, 0.0, 0.9]]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    weights = token_weights(distance, mask, 0.5)
+    qbar = 0.4 / 3
+    expected = torch.tensor([[[0.5 + 0.5 * 0.1 / qbar, 0.5 + 0.5 * 0.3 / qbar, 0.5, 0.0]]])
+    torch.testing.assert_close(weights, expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(mrtpo_inputs(), st.integers(0, 1000))
+def test_shuffle_keeps_each_responses_weights(inputs, seed):
+    rewards, group_size, distance, mask, beta, c = inputs
+    weights = token_weights(distance, mask, beta)
+    shuffled = shuffle_weights(weights, mask, torch.Generator().manual_seed(seed))
+    for n in range(mask.shape[0]):
+        for k in range(weights.shape[1]):
+            before = weights[n, k][mask[n]].sort().values
+            after = shuffled[n, k][mask[n]].sort().values
+            assert torch.equal(before, after)
+    assert shuffled[~mask.unsqueeze(1).expand_as(weights)].eq(0).all()
+    # The shuffled advantages keep the token mean (= GDPO) and stay finite.
+    advantages = mrtpo(
+        rewards,
+        group_size,
+        distance,
+        mask,
+        beta,
+        weights=c,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    assert torch.isfinite(advantages).all()
+    unshuffled = mrtpo(rewards, group_size, distance, mask, beta, weights=c)
+    atol = mask.shape[1] * rounding_scale(inputs)
+    torch.testing.assert_close(advantages.sum(-1), unshuffled.sum(-1), atol=atol, rtol=1e-5)
+
+
+def test_shuffle_moves_weights():
+    distance = torch.arange(1, 41, dtype=torch.float32).view(1, 1, 40)
+    mask = torch.ones(1, 40, dtype=torch.bool)
+    mask[0, 35:] = False
+    weights = token_weights(distance, mask, 1.0)
+    shuffled = shuffle_weights(weights, mask, torch.Generator().manual_seed(0))
+    assert not torch.equal(shuffled, weights)
+    assert shuffled[0, 0, 35:].eq(0).all()
+
+
+def test_mrtpo_reallocates_towards_relevant_tokens():
+    rewards = torch.tensor([[1.0], [0.0]])
+    distance = torch.tensor([[[0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 1.0, 0.0]]])
+    mask = torch.ones(2, 4)
+    advantages = mrtpo(rewards, 2, distance, mask, 1.0)
+    # beta = 1: the whole advantage goes to token 2 (4x, others 0).
+    scalar = gdpo(rewards, 2)
+    expected = torch.zeros(2, 4)
+    expected[:, 2] = 4 * scalar
+    torch.testing.assert_close(advantages, expected)
+
+
+def test_unscorable_rows_get_zero():
+    rewards = torch.tensor(
+        [[1.0, float("nan")], [float("nan"), float("nan")], [0.0, 1.0], [1.0, 0.0]]
+    )
+    distance = torch.rand(4, 2, 3, generator=torch.Generator().manual_seed(0))
+    advantages = mrtpo(rewards, 2, distance, torch.ones(4, 3), 0.5)
+    assert advantages[1].eq(0).all()
+    assert torch.isfinite(advantages).all()
+
+
+# ----------------------------------------------------------------------------- beta schedule
+
+
+def test_beta_at_smoothstep():
+    assert beta_at(0, 0.5, 10) == 0.0
+    assert beta_at(5, 0.5, 10) == pytest.approx(0.25)
+    assert beta_at(2, 1.0, 10) == pytest.approx(3 * 0.04 - 2 * 0.008)
+    assert beta_at(10, 0.5, 10) == 0.5
+    assert beta_at(50, 0.5, 10) == 0.5
+    assert beta_at(0, 0.75, 0) == 0.75
+    values = [beta_at(s, 1.0, 10) for s in range(12)]
+    assert values == sorted(values)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_raises_naming_the_argument():
+    rewards = torch.zeros(4, 2)
+    distance = torch.zeros(4, 2, 3)
+    mask = torch.ones(4, 3)
+    with pytest.raises(ValueError, match="group_size"):
+        gdpo(rewards, 3)
+    with pytest.raises(ValueError, match="group_size"):
+        grpo(rewards, 0)
+    with pytest.raises(ValueError, match="rewards"):
+        gdpo(torch.zeros(4), 2)
+    with pytest.raises(ValueError, match="rewards"):
+        gdpo(torch.tensor([[1.0, float("inf")], [0.0, 0.0]]), 2)
+    with pytest.raises(ValueError, match="weights"):
+        gdpo(rewards, 2, weights=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="scale"):
+        grpo(rewards, 2, scale="token")
+    with pytest.raises(ValueError, match="beta"):
+        mrtpo(rewards, 2, distance, mask, 1.5)
+    with pytest.raises(ValueError, match="beta"):
+        beta_at(0, -0.1, 10)
+    with pytest.raises(ValueError, match="distance"):
+        mrtpo(rewards, 2, torch.zeros(4, 3, 3), mask, 0.5)
+    with pytest.raises(ValueError, match="mask"):
+        mrtpo(rewards, 2, distance, torch.ones(4, 4), 0.5)
+    with pytest.raises(ValueError, match="mask"):
+        token_weights(distance, torch.full((4, 3), 2.0), 0.5)
+    with pytest.raises(ValueError, match="distance"):
+        token_weights(torch.full((4, 2, 3), float("nan")), mask, 0.5)
+    with pytest.raises(ValueError, match="step"):
+        beta_at(-1, 0.5, 10)
