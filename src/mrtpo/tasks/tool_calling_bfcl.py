@@ -1,0 +1,332 @@
+"""BFCL's AST-checker rules for Python function calls, with partial credit.
+
+The rules are those of `bfcl_eval/eval_checker/ast_eval/ast_checker.py` (BFCL v4, Python
+language), written anew here (the project does not import bfcl_eval's code):
+
+- the function name must match exactly;
+- every parameter the schema marks required must be given;
+- every given parameter must be in the schema *and* in the possible answer;
+- a possible answer's parameter that is not given must allow `""` (optional);
+- a given value must pass the type check and then be one of the allowed values:
+  strings are compared after `standardize_string` (lower case; spaces and `,./-_*^` removed;
+  `'` read as `"`); lists compare element by element in order (string elements standardized);
+  dicts compare key by key (string values standardized, int == float by Python equality);
+  lists of dicts compare dict by dict in order;
+- an int is accepted for a float parameter at the top level (converted) and inside dicts
+  (Python's 1 == 1.0), but not as an element of a list of floats (the nested type check);
+- the type check treats a value of the allowed values' own type as a "variable" (BFCL's
+  answers sometimes hold a variable name as a string) and then compares it plainly;
+- parallel calls: as many calls as references; each reference, in order, takes the first
+  not yet taken call that is valid for it (order-independent, greedy like BFCL).
+
+Scoring adds partial credit on top: one unit per reference function name and one per reference
+parameter; a unit is right when that part passes the rule above. Parameters the reference does
+not name, required parameters missing outside the reference, and surplus calls are wrong
+units added to the total. So a call scores 1.0 exactly when every rule holds, i.e. exactly
+when BFCL's checker says valid.
+
+Schemas are read in either BFCL's type names ("dict", "float", "tuple", "any") or JSON
+Schema's ("object", "number", "array"): both map to the same Python types. Cases where BFCL's
+own code would crash (an unknown type, a schema-less reference function) get a defined answer
+here: an unknown type skips the type check, a missing schema means no parameters are known.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Declared type -> the Python type json.loads gives for it.
+PYTHON_TYPES: dict[str, type] = {
+    "string": str,
+    "any": str,
+    "integer": int,
+    "float": float,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "tuple": list,
+    "dict": dict,
+    "object": dict,
+}
+ARRAY_TYPES = ("array", "tuple")
+FLOAT_TYPES = ("float", "number")
+
+_IGNORED_IN_STRINGS = re.compile(r"[ \,\./\-_\*\^]")
+
+
+def standardize_string(text: str) -> str:
+    """BFCL's string normalization: drop spaces and `,./-_*^`, lower case, `'` -> `"`."""
+    return _IGNORED_IN_STRINGS.sub("", text).lower().replace("'", '"')
+
+
+def _standardized(value: Any) -> Any:
+    return standardize_string(value) if type(value) is str else value
+
+
+def _as_list(allowed: Any) -> list[Any]:
+    """Allowed values as a list (BFCL's data always has lists; anything else is wrapped)."""
+    return allowed if isinstance(allowed, list) else [allowed]
+
+
+def _first_answer_type(allowed: list[Any]) -> type | None:
+    """The type of the first allowed value other than "" (None if every value is "")."""
+    for answer in allowed:
+        if not (type(answer) is str and answer == ""):
+            return type(answer)
+    return None
+
+
+def _type_check(
+    value: Any, allowed: list[Any], expected: type, nested: type | None
+) -> tuple[bool, bool]:
+    """(passes, is_variable): BFCL's type_checker, nested check one level deep."""
+    answer_type = _first_answer_type(allowed)
+    is_variable = answer_type is not None and answer_type is not expected
+    if type(value) is expected:
+        if nested is None:
+            return True, is_variable
+        for option in allowed:
+            # A non-list option (such as "") lets any element types through, as in BFCL.
+            if type(option) is not list or all(
+                _type_check(element, option, nested, None)[0] for element in value
+            ):
+                return True, is_variable
+        return False, is_variable
+    if answer_type is not None and type(value) is answer_type:
+        return True, True
+    return False, is_variable
+
+
+def _string_matches(value: str, allowed: list[Any]) -> bool:
+    return standardize_string(value) in [standardize_string(a) for a in allowed if type(a) is str]
+
+
+def _list_matches(value: list[Any], allowed: list[Any]) -> bool:
+    options = [
+        [_standardized(element) for element in option]
+        for option in allowed
+        if type(option) in (list, str)
+    ]
+    return [_standardized(element) for element in value] in options
+
+
+def _dict_matches(value: dict[str, Any], allowed: list[Any]) -> bool:
+    """BFCL's dict_checker: some allowed dict accepts every key of `value` and misses none
+    that is not optional."""
+    for option in allowed:
+        if type(option) is not dict:  # "" (optional) and malformed options never match
+            continue
+        keys_ok = all(
+            key in option
+            and _standardized(element) in [_standardized(a) for a in _as_list(option[key])]
+            for key, element in value.items()
+        )
+        if keys_ok and all(
+            key in value or "" in _as_list(values) for key, values in option.items()
+        ):
+            return True
+    return False
+
+
+def _list_of_dicts_matches(value: list[Any], allowed: list[Any]) -> bool:
+    """BFCL's list_dict_checker: same length as an allowed list, each dict matching in order."""
+    for option in allowed:
+        if type(option) not in (list, str) or len(option) != len(value):
+            continue
+        if all(
+            type(element) is dict and _dict_matches(element, [expected])
+            for element, expected in zip(value, option, strict=True)
+        ):
+            return True
+    return False
+
+
+def argument_is_valid(value: Any, allowed: Any, param_schema: Mapping[str, Any]) -> bool:
+    """Whether one given argument value passes BFCL's checks for its allowed values."""
+    allowed = _as_list(allowed)
+    declared = param_schema.get("type") if isinstance(param_schema, Mapping) else None
+    expected = PYTHON_TYPES.get(declared) if isinstance(declared, str) else None
+    nested = None
+    if declared in ARRAY_TYPES:
+        items = param_schema.get("items")
+        item_type = items.get("type") if isinstance(items, Mapping) else None
+        nested = PYTHON_TYPES.get(item_type) if isinstance(item_type, str) else None
+    if declared in FLOAT_TYPES and type(value) is int:
+        try:
+            value = float(value)  # Python's int -> float conversion, as BFCL allows
+        except OverflowError:
+            return False
+    if expected is None:  # unknown declared type: plain comparison
+        return value in allowed
+    passes, is_variable = _type_check(value, allowed, expected, nested)
+    if not passes:
+        return False
+    if not is_variable:
+        if expected is dict:
+            return _dict_matches(value, allowed)
+        if expected is list and nested is dict:
+            return _list_of_dicts_matches(value, allowed)
+        if expected is str:
+            return _string_matches(value, allowed)
+        if expected is list:
+            return _list_matches(value, allowed)
+    return value in allowed
+
+
+def _first_allowed(allowed: Any) -> tuple[bool, Any]:
+    """(found, value): the first allowed value other than "" (found False when there is none)."""
+    for value in _as_list(allowed):
+        if not (type(value) is str and value == ""):
+            return True, value
+    return False, None
+
+
+def _value_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A dict value from an answer's dict spec {key: [allowed]}: first allowed of each key."""
+    value = {}
+    for key, allowed in spec.items():
+        found, chosen = _first_allowed(allowed)
+        if found:
+            value[key] = chosen
+    return value
+
+
+def reference_arguments(
+    function_schema: Mapping[str, Any] | None, params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Arguments built from a possible answer: each parameter's first allowed value other than
+    "" (parameters whose only allowed value is "" left out). A dict parameter's allowed value
+    is itself a spec {key: [allowed]} (and a list-of-dicts parameter's is a list of specs), as
+    BFCL's dict checker reads it, so those are built key by key."""
+    properties = ((function_schema or {}).get("parameters") or {}).get("properties") or {}
+    arguments = {}
+    for param, allowed in params.items():
+        found, chosen = _first_allowed(allowed)
+        if not found:
+            continue
+        schema = properties.get(param) if isinstance(properties.get(param), Mapping) else {}
+        expected = (
+            PYTHON_TYPES.get(schema.get("type")) if isinstance(schema.get("type"), str) else None
+        )
+        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        item_type = (
+            PYTHON_TYPES.get(items.get("type")) if isinstance(items.get("type"), str) else None
+        )
+        if expected is dict and type(chosen) is dict:
+            chosen = _value_from_spec(chosen)
+        elif expected is list and item_type is dict and type(chosen) is list:
+            chosen = [_value_from_spec(spec) if type(spec) is dict else spec for spec in chosen]
+        arguments[param] = chosen
+    return arguments
+
+
+@dataclass(frozen=True)
+class CallScore:
+    """One call judged against one reference call: `right` of `total` units."""
+
+    right: int
+    total: int
+
+    @property
+    def valid(self) -> bool:
+        return self.right == self.total
+
+
+def score_call(
+    function_schema: Mapping[str, Any] | None,
+    name: Any,
+    arguments: Any,
+    reference_name: str,
+    reference_params: Mapping[str, Any],
+) -> CallScore:
+    """Units right for a call (`name`, `arguments`) against one reference call.
+
+    function_schema: the offered function named `reference_name` ({"name", "parameters":
+    {"properties", "required"}}), or None when it is not offered.
+    """
+    units = 1 + len(reference_params)
+    if name != reference_name or not isinstance(arguments, dict):
+        return CallScore(right=0, total=units)  # the arguments belong to another function
+    parameters = function_schema.get("parameters", {}) if function_schema else {}
+    properties = parameters.get("properties") or {}
+    required = parameters.get("required") or []
+    right = 1
+    for param, allowed in reference_params.items():
+        if param in arguments:
+            right += param in properties and argument_is_valid(
+                arguments[param], allowed, properties[param]
+            )
+        else:
+            right += "" in _as_list(allowed) and param not in required
+    unexpected = [param for param in arguments if param not in reference_params]
+    missing_required = [p for p in required if p not in arguments and p not in reference_params]
+    return CallScore(right=int(right), total=units + len(unexpected) + len(missing_required))
+
+
+@dataclass(frozen=True)
+class CallsScore:
+    """A response's calls judged against the reference calls.
+
+    matches: for each reference call, the index of the call matched to it (None: no call left).
+    """
+
+    right: int
+    total: int
+    matches: tuple[int | None, ...]
+
+    @property
+    def score(self) -> float:
+        return self.right / self.total if self.total else 1.0
+
+    @property
+    def valid(self) -> bool:
+        return self.right == self.total
+
+
+def function_by_name(functions: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    """The first offered function called `name` (BFCL's find_description), or None."""
+    for function in functions:
+        if function.get("name") == name:
+            return function
+    return None
+
+
+def score_calls(
+    functions: Sequence[Mapping[str, Any]],
+    calls: Sequence[tuple[Any, Any]],
+    ground_truth: Sequence[Mapping[str, Mapping[str, Any]]],
+) -> CallsScore:
+    """Score calls [(name, arguments), ...] against BFCL ground truth [{name: {param: allowed}}].
+
+    Unparseable calls can be passed as (None, None): they match nothing but still count.
+    Each reference, in order, takes the first free call BFCL accepts for it; failing that,
+    the free call with the best partial score (ties: the first), so the partial credit never
+    changes which responses are fully right.
+    """
+    free = list(range(len(calls)))
+    right = total = 0
+    matches: list[int | None] = []
+    for reference in ground_truth:
+        ((reference_name, reference_params),) = reference.items()
+        schema = function_by_name(functions, reference_name)
+        scored = [
+            (score_call(schema, *calls[index], reference_name, reference_params), index)
+            for index in free
+        ]
+        valid = [(score, index) for score, index in scored if score.valid]
+        if valid:
+            best, index = valid[0]
+        elif scored:
+            best, index = max(scored, key=lambda pair: (pair[0].right / pair[0].total, -pair[1]))
+        else:
+            best, index = CallScore(right=0, total=1 + len(reference_params)), None
+        right += best.right
+        total += best.total
+        matches.append(index)
+        if index is not None:
+            free.remove(index)
+    total += len(free)  # surplus calls: one wrong unit each
+    return CallsScore(right=right, total=total, matches=tuple(matches))
