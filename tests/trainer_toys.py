@@ -1,7 +1,8 @@
 """Toy verifiers and data for the trainer tests, and the two-process training script.
 
 Run by `tests/test_trainer.py` as
-`accelerate launch --num_processes 2 --cpu tests/trainer_toys.py OUT_DIR`: each process trains
+`accelerate launch --multi_gpu --num_processes 2 tests/trainer_toys.py OUT_DIR` (CPU: the
+config has `use_cpu=True`, so the two processes talk over gloo): each process trains
 two MRTPO steps on the tiny model and saves, per generation batch, the gathered rewards, its own
 rows' replay distances and mask, and the per-token advantages it computed (`OUT_DIR/rank{r}.pt`).
 """

@@ -1,0 +1,462 @@
+"""MRTPOTrainer on the tiny model: estimators, equality with TRL, beta 0 = GDPO, resume,
+several processes, logged metrics and files, credit-map hook."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from trainer_toys import ContainsLetter, toy_dataset, toy_verifiers
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from mrtpo import advantages
+from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.trainer import MRTPOConfig, MRTPOTrainer, _top_share_sums
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+# Small and fast: 8 rows per step (2 prompts x 4 completions), 10 new tokens.
+COMMON = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=10,
+    max_steps=2,
+    report_to=[],
+    use_cpu=True,
+    bf16=False,
+    save_strategy="no",
+    seed=0,
+    disable_tqdm=True,
+    learning_rate=1e-3,  # large enough that step 2's policy differs from step 1's
+)
+
+
+class Recorder:
+    """Keeps what reaches `_compute_loss` (advantages, masks, loss) for every micro-batch."""
+
+    def __init__(self, *args, **kwargs):
+        self.seen: list[dict] = []
+        super().__init__(*args, **kwargs)
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        self.seen.append(
+            {
+                "advantages": inputs["advantages"].detach().clone(),
+                "completion_ids": inputs["completion_ids"].clone(),
+                "completion_mask": inputs["completion_mask"].clone(),
+                "loss": loss.detach().clone(),
+            }
+        )
+        return loss
+
+
+class RecordingMRTPO(Recorder, MRTPOTrainer):
+    """Also keeps each generation batch (before TRL shuffles it) and counts replays."""
+
+    def __init__(self, *args, **kwargs):
+        self.batches: list[dict] = []
+        self.replays = 0
+        super().__init__(*args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.batches.append(
+            {
+                "advantages": output["advantages"].clone(),
+                "completion_mask": output["completion_mask"].clone(),
+                "rewards": self._batch["rewards"].clone(),
+            }
+        )
+        return output
+
+    def _replay(self, completion_width):
+        self.replays += 1
+        return super()._replay(completion_width)
+
+
+class RecordingGRPO(Recorder, GRPOTrainer):
+    pass
+
+
+class GradientSnapshots(TrainerCallback):
+    """The accumulated gradients just before each optimizer step."""
+
+    def __init__(self):
+        self.grads: list[dict[str, torch.Tensor]] = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.grads.append(
+            {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        )
+
+
+class CountingLetter(ContainsLetter):
+    calls = 0
+
+    def verify_batch(self, prompts, completions, **columns):
+        CountingLetter.calls += 1
+        return super().verify_batch(prompts, completions, **columns)
+
+
+def train_mrtpo(tmp_path, reward_funcs=None, callbacks=None, **overrides) -> RecordingMRTPO:
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(output_dir=str(tmp_path / "run"), **{**COMMON, **overrides})
+    trainer = RecordingMRTPO(
+        model=model,
+        reward_funcs=reward_funcs or toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    trainer.train()
+    return trainer
+
+
+# ---------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("advantage_estimator", "ppo"),
+        ("mrtpo_beta", 1.5),
+        ("mrtpo_beta", -0.1),
+        ("mrtpo_warmup_steps", -1),
+        ("replay_mode", "drop_all"),
+        ("replay_batch_size", 0),
+        ("replay_chunk_size", 0),
+        ("credit_map_steps", -2),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(tmp_path, field, value):
+    with pytest.raises(ValueError, match=field):
+        MRTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{field: value})
+
+
+def test_config_sets_trl_aggregation_from_the_estimator(tmp_path):
+    def config(**kwargs):
+        return MRTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kwargs)
+
+    assert config().multi_objective_aggregation == "normalize_then_sum"
+    assert config(advantage_estimator="gdpo").multi_objective_aggregation == "normalize_then_sum"
+    assert config(advantage_estimator="grpo").multi_objective_aggregation == "sum_then_normalize"
+    assert config().logging_steps == 1
+    with pytest.raises(ValueError, match="multi_objective_aggregation"):
+        config(advantage_estimator="grpo", multi_objective_aggregation="normalize_then_sum")
+
+
+def test_trl_parser_exposes_every_mrtpo_field():
+    from trl import TrlParser
+
+    (args,) = TrlParser(MRTPOConfig).parse_args_into_dataclasses(
+        [
+            "--output_dir=x",
+            "--use_cpu=true",
+            "--bf16=false",
+            "--advantage_estimator=gdpo",
+            "--mrtpo_beta=0.25",
+            "--mrtpo_warmup_steps=3",
+            "--replay_mode=add_one",
+            "--replay_batch_size=2",
+            "--replay_chunk_size=16",
+            "--shuffle_token_weights=true",
+            "--credit_map_steps=5",
+        ]
+    )
+    assert (args.advantage_estimator, args.mrtpo_beta, args.mrtpo_warmup_steps) == ("gdpo", 0.25, 3)
+    assert (args.replay_mode, args.replay_batch_size, args.replay_chunk_size) == ("add_one", 2, 16)
+    assert args.shuffle_token_weights is True and args.credit_map_steps == 5
+
+
+# ---------------------------------------------------------------------- estimators
+
+
+def test_mrtpo_two_steps_gives_per_token_advantages(tmp_path):
+    CountingLetter.calls = 0
+    verifiers = [CountingLetter(), *toy_verifiers()[1:]]
+    trainer = train_mrtpo(tmp_path, reward_funcs=verifiers, mrtpo_warmup_steps=0, mrtpo_beta=0.5)
+
+    assert trainer.state.global_step == 2
+    assert CountingLetter.calls == 2  # each verifier runs once per generation batch
+    assert trainer.replays == 2
+    assert len(trainer.seen) == 2
+    for seen in trainer.seen:
+        assert seen["advantages"].shape == seen["completion_ids"].shape  # (B, T)
+        assert seen["advantages"].dim() == 2
+    for batch in trainer.batches:
+        per_token, mask = batch["advantages"], batch["completion_mask"].float()
+        # METHOD.md step 4: the token mean of A_t is the GDPO advantage of the response.
+        token_mean = (per_token * mask).sum(-1) / mask.sum(-1)
+        expected = advantages.gdpo(batch["rewards"], 4)
+        torch.testing.assert_close(token_mean, expected, rtol=1e-5, atol=1e-5)
+    # beta 0.5 with real distances moves credit between tokens: some row is not constant.
+    spreads = [
+        (b["advantages"].max(-1).values - b["advantages"].min(-1).values).max()
+        for b in trainer.batches
+    ]
+    assert max(spreads) > 1e-3
+
+    # Logged every step through TRL's metrics, written to metrics.jsonl, plotted to curves.png.
+    output_dir = Path(trainer.args.output_dir)
+    lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "loss" in line]
+    assert [line["step"] for line in steps] == [1, 2]
+    for line in steps:
+        assert line["mrtpo/beta"] == pytest.approx(0.5)
+        assert line["mrtpo/replay_seconds"] > 0
+        assert 0 < line["mrtpo/replay_share"] < 1
+        for name in ("contains_letter", "even_length", "starts_with_space"):
+            assert 0 <= line[f"rewards/{name}/mean"] <= 1
+            assert 0 < line[f"mrtpo/distance/{name}/mean"] <= 1
+            assert 0.1 <= line[f"mrtpo/distance/{name}/top10_share"] <= 1
+    assert (output_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "estimator, aggregation", [("gdpo", "normalize_then_sum"), ("grpo", "sum_then_normalize")]
+)
+def test_baseline_advantages_equal_trl(tmp_path, estimator, aggregation):
+    ours = train_mrtpo(tmp_path / "ours", advantage_estimator=estimator)
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    trl_args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        multi_objective_aggregation=aggregation,
+        logging_steps=1,
+        **COMMON,
+    )
+    theirs = RecordingGRPO(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=trl_args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
+    theirs.train()
+    assert ours.replays == 0
+    assert len(ours.seen) == len(theirs.seen) == 2
+    for mine, trl in zip(ours.seen, theirs.seen, strict=True):
+        assert torch.equal(mine["completion_ids"], trl["completion_ids"])  # same rows, same order
+        assert mine["advantages"].shape == trl["advantages"].shape
+        torch.testing.assert_close(mine["advantages"], trl["advantages"], rtol=0, atol=1e-6)
+        assert mine["advantages"].abs().max() > 0.1  # the batches carry signal
+        torch.testing.assert_close(mine["loss"], trl["loss"], rtol=0, atol=1e-7)
+
+
+def test_mrtpo_with_beta_zero_matches_gdpo_loss_and_gradients(tmp_path):
+    runs = {}
+    for estimator in ("gdpo", "mrtpo"):
+        grads = GradientSnapshots()
+        trainer = train_mrtpo(
+            tmp_path / estimator, callbacks=[grads], advantage_estimator=estimator, mrtpo_beta=0.0
+        )
+        runs[estimator] = (trainer, grads)
+    (gdpo, gdpo_grads), (mrtpo, mrtpo_grads) = runs["gdpo"], runs["mrtpo"]
+    assert mrtpo.replays == 2 and gdpo.replays == 0
+    for a, b in zip(gdpo.seen, mrtpo.seen, strict=True):
+        assert a["advantages"].dim() == 1 and b["advantages"].dim() == 2
+        torch.testing.assert_close(a["loss"], b["loss"], rtol=0, atol=1e-7)
+    assert len(gdpo_grads.grads) == len(mrtpo_grads.grads) == 2
+    for a, b in zip(gdpo_grads.grads, mrtpo_grads.grads, strict=True):
+        assert a.keys() == b.keys() and a
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-7)
+    assert any(g.abs().max() > 0 for g in gdpo_grads.grads[0].values())
+
+
+def test_accumulation_and_iterations_reuse_one_generation(tmp_path):
+    # 2 optimizer steps x 2 accumulation micro-batches, each generation used for 2 iterations:
+    # one generation batch (16 rows) serves all four micro-batches.
+    trainer = train_mrtpo(
+        tmp_path,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_iterations=2,
+        mrtpo_warmup_steps=0,
+    )
+    assert trainer.state.global_step == 2
+    assert trainer.replays == 1
+    assert len(trainer.batches) == 1 and trainer.batches[0]["advantages"].shape[0] == 8
+    assert len(trainer.seen) == 4
+    assert all(seen["advantages"].shape == seen["completion_ids"].shape for seen in trainer.seen)
+    # The second iteration reuses the first one's advantages (same rows, same values).
+    first = {
+        tuple(s["completion_ids"][i].tolist()): s["advantages"][i]
+        for s in trainer.seen[:2]
+        for i in range(4)
+    }
+    for seen in trainer.seen[2:]:
+        for i in range(4):
+            torch.testing.assert_close(
+                seen["advantages"][i], first[tuple(seen["completion_ids"][i].tolist())]
+            )
+
+
+# ---------------------------------------------------------------------- resume
+
+
+class StopAfter(TrainerCallback):
+    """Stops training after `step` optimizer steps, like an interrupted run."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+def test_resume_continues_steps_optimizer_and_scheduler(tmp_path):
+    def run(output_dir, stop_after=None, resume=None):
+        model, tokenizer = tiny_model_and_tokenizer(seed=0)
+        args = MRTPOConfig(
+            output_dir=str(output_dir),
+            **{**COMMON, "save_strategy": "steps", "save_steps": 1},
+            mrtpo_warmup_steps=0,
+        )
+        trainer = MRTPOTrainer(
+            model=model,
+            reward_funcs=toy_verifiers(),
+            args=args,
+            train_dataset=toy_dataset(),
+            processing_class=tokenizer,
+            callbacks=[StopAfter(stop_after)] if stop_after else None,
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    straight = run(tmp_path / "straight")
+    interrupted = tmp_path / "interrupted"
+    run(interrupted, stop_after=1)
+    assert not (interrupted / "checkpoint-2").exists()
+    # The run continues in the same folder from its checkpoint, as `--resume_from_checkpoint` does.
+    resumed = run(interrupted, resume=str(interrupted / "checkpoint-1"))
+
+    assert resumed.state.global_step == 2
+    assert resumed.lr_scheduler.last_epoch == straight.lr_scheduler.last_epoch == 2
+    assert resumed.lr_scheduler.get_last_lr() == straight.lr_scheduler.get_last_lr()
+    adam_steps = {
+        float(state["step"]) for state in resumed.optimizer.state_dict()["state"].values()
+    }
+    assert adam_steps == {2.0}  # the moments were loaded from step 1, then stepped once more
+    for (name, a), (_, b) in zip(
+        straight.model.named_parameters(), resumed.model.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    # metrics.jsonl keeps step 1 from the first run and step 2 from the resumed one, once each.
+    lines = [json.loads(line) for line in (interrupted / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines if "loss" in line] == [1, 2]
+
+
+# ---------------------------------------------------------------------- credit maps
+
+
+def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch):
+    credit = pytest.importorskip("mrtpo.credit")
+    received = []
+    original = credit.write_training_maps
+
+    def recording(output_dir, step, records):
+        received.append((step, records))
+        return original(output_dir, step, records)
+
+    monkeypatch.setattr(credit, "write_training_maps", recording)
+    trainer = train_mrtpo(tmp_path, credit_map_steps=1, mrtpo_warmup_steps=0)
+
+    assert [step for step, _ in received] == [0, 1]
+    for _, records in received:
+        assert [r["label"] for r in records] == ["lowest", "highest"]
+        assert records[0]["total_reward"] <= records[1]["total_reward"]
+        for record in records:
+            length = len(record["completion_ids"])
+            assert record["distance"].shape == record["weights"].shape == (3, length)
+            assert record["token_advantages"].shape == (length,)
+            assert record["names"] == ["contains_letter", "even_length", "starts_with_space"]
+            assert [v.score for v in record["verdicts"]] == [
+                None if torch.isnan(torch.tensor(r)) else r for r in record["rewards"]
+            ]
+            torch.testing.assert_close(record["weights"].mean(-1), torch.ones(3), rtol=0, atol=1e-5)
+            assert record["token_advantages"].mean().item() == pytest.approx(
+                record["gdpo_advantage"], abs=1e-5
+            )
+    credit_dir = Path(trainer.args.output_dir) / "credit"
+    assert (credit_dir / "step-00000.html").exists() and (credit_dir / "index.html").exists()
+
+
+# ---------------------------------------------------------------------- metric helper
+
+
+def test_top_share_by_hand():
+    # Row 0: 5 tokens, top 10% = 1 token (0.5 of 1.0). Row 1: 3 tokens + 2 padding, distance 0
+    # for reward 0 (not counted) and top token 0.6 of 0.6 + 0.2 + 0.2 for reward 1.
+    distance = torch.tensor(
+        [
+            [[0.5, 0.1, 0.1, 0.1, 0.2], [0.2, 0.2, 0.2, 0.2, 0.2]],
+            [[0.0, 0.0, 0.0, 0.9, 0.9], [0.2, 0.6, 0.2, 0.9, 0.9]],
+        ]
+    )
+    mask = torch.tensor([[1.0, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    sums = _top_share_sums(distance, mask, 0.10)
+    torch.testing.assert_close(sums[0], torch.tensor([0.5, 1.0]))
+    torch.testing.assert_close(sums[1], torch.tensor([0.2 + 0.6, 2.0]))
+
+
+# ---------------------------------------------------------------------- several processes
+
+
+@pytest.mark.slow
+def test_two_processes_agree_with_one(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        str(Path(sys.executable).with_name("accelerate")),
+        "launch",
+        # accelerate's `--cpu` launcher starts one process unless MPI is set up; `--multi_gpu`
+        # runs torchrun, and the config's `use_cpu=True` makes that two CPU processes on gloo.
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(TESTS / "trainer_toys.py"),
+        str(tmp_path),
+    ]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert all(rank["num_processes"] == 2 for rank in ranks)
+    records = [rank["records"] for rank in ranks]
+    assert len(records[0]) == len(records[1]) == 2  # two steps, one generation each
+    for step in range(2):
+        zero, one = records[0][step], records[1][step]
+        # Both processes hold the same gathered rewards; each replayed its own 4 of the 8 rows.
+        assert torch.equal(zero["rewards"], one["rewards"])
+        assert zero["local"] == (0, 4) and one["local"] == (4, 8)
+        # One group of 8 spans both processes: the per-token advantages each process computed
+        # equal a single computation over the whole batch with every row's distances.
+        width = max(zero["distance"].shape[-1], one["distance"].shape[-1])
+
+        def pad(x, width=width):
+            return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+
+        distance = torch.cat([pad(zero["distance"]), pad(one["distance"])])
+        mask = torch.cat([pad(zero["mask"]), pad(one["mask"])])
+        together = advantages.mrtpo(zero["rewards"], 8, distance, mask, zero["beta"])
+        split = torch.cat([pad(zero["advantages"]), pad(one["advantages"])])
+        torch.testing.assert_close(split, together, rtol=1e-5, atol=1e-6)
+        # Their token means are the group's GDPO advantages, agreed across processes.
+        token_mean = (split * mask).sum(-1) / mask.sum(-1)
+        torch.testing.assert_close(
+            token_mean, advantages.gdpo(zero["rewards"], 8), rtol=1e-5, atol=1e-5
+        )
