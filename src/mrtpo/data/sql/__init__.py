@@ -1,0 +1,1 @@
+"""The bundled text-to-SQL data and the script that builds it (`build.py`)."""

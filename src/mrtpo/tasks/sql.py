@@ -1,0 +1,91 @@
+"""The text-to-SQL task: `TASK` (registered as "sql").
+
+The response holds optional reasoning in <think>...</think> and one query in
+<answer>...</answer>; three binary rewards judge it: format (`SqlFormat`), executability
+(`SqlExecutable`) and execution match with the reference (`SqlExecution`). Queries run in a
+read-only sandbox (`mrtpo.sandbox`). Data: the bundled shop database (`load()`), or a Spider or
+BIRD folder (`load(split, path=...)`).
+
+Modules: `sql_format` (response layout), `sql_verifiers` (verifiers, shared execution cache),
+`sql_data` (loaders), `mrtpo.sandbox` (the sandbox), `mrtpo/data/sql/build.py` (bundled data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from datasets import Dataset
+
+from mrtpo.sandbox import SqlSandbox
+from mrtpo.tasks.base import Task
+from mrtpo.tasks.sql_data import SYSTEM_PROMPT, load_bird, load_bundled, load_path, load_spider
+from mrtpo.tasks.sql_format import DEFAULT_FORMAT, ResponseFormat
+from mrtpo.tasks.sql_verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
+from mrtpo.verifiers import Verdict, Verifier
+
+
+class SqlTask(Task):
+    name = "sql"
+    system_prompt = SYSTEM_PROMPT
+    headline_name = "execution accuracy"
+
+    def load(self, split: str = "train", path: str | None = None, **kwargs: Any) -> Dataset:
+        """The bundled split ("train"/"test"), or the Spider/BIRD folder at `path` (split
+        "dev"/"train"; "test" reads dev). kwargs: `skip_missing` for Spider/BIRD."""
+        if path is None:
+            if kwargs:
+                raise ValueError(f"the bundled data takes no options, got {sorted(kwargs)}")
+            return load_bundled(split, system_prompt=self.system_prompt)
+        return load_path(path, split, system_prompt=self.system_prompt, **kwargs)
+
+    def verifiers(
+        self,
+        response_format: ResponseFormat = DEFAULT_FORMAT,
+        runner: QueryRunner | None = None,
+        **sandbox_options: Any,
+    ) -> list[Verifier]:
+        """[SqlFormat, SqlExecutable, SqlExecution]. The two execution verifiers share one
+        `QueryRunner` (the process-wide one unless `runner` or sandbox options such as
+        `time_budget_s=1.0` are given), so each query runs once."""
+        if runner is None and sandbox_options:
+            runner = QueryRunner(SqlSandbox(**sandbox_options))
+        elif sandbox_options:
+            raise ValueError("give either runner or sandbox options, not both")
+        return [
+            SqlFormat(response_format),
+            SqlExecutable(response_format, runner),
+            SqlExecution(response_format, runner),
+        ]
+
+    def reference_completion(self, example: Mapping[str, Any]) -> str | None:
+        reference = example.get("reference_sql")
+        return DEFAULT_FORMAT.wrap(reference) if reference else None
+
+    def headline(self, verdicts: Sequence[Sequence[Verdict]]) -> dict[str, float]:
+        """Execution accuracy: the mean sql_execution score (rows whose reference cannot run
+        are left out), plus the format and executability rates."""
+        means = {}
+        for index, key in ((2, self.headline_name), (0, "format rate"), (1, "executable rate")):
+            scores = [
+                row[index].score
+                for row in verdicts
+                if len(row) > index and row[index].score is not None
+            ]
+            means[key] = sum(scores) / len(scores) if scores else 0.0
+        return means
+
+
+TASK = SqlTask()
+
+__all__ = [
+    "TASK",
+    "SqlTask",
+    "SqlFormat",
+    "SqlExecutable",
+    "SqlExecution",
+    "QueryRunner",
+    "ResponseFormat",
+    "load_spider",
+    "load_bird",
+]
