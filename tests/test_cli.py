@@ -324,3 +324,55 @@ def test_console_script_prints_one_line_and_exits_2(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "mrtpo eval: error: unknown task 'chess'; choose one of sql, tool_calling, instructions"
     ]
+
+
+# ----------------------------------------------------------------------------- recipes
+
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+
+
+def test_recipes_exist_for_every_task_on_cpu_and_gpu():
+    names = {path.stem for path in RECIPES}
+    assert {"sql", "tool_calling", "instructions"} <= names
+    gpu_models = {
+        yaml.safe_load(p.read_text())["model_name_or_path"]
+        for p in RECIPES
+        if p.stem.endswith("-gpu")
+    }
+    assert gpu_models == {
+        "Qwen/Qwen2.5-Coder-3B-Instruct", "Qwen/Qwen2.5-Coder-7B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
+        "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen3-4B-Instruct-2507",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_recipe_parses_with_mrtpo_train(recipe):
+    """Every key of every recipe reaches the parsed arguments unchanged. GPU recipes are parsed
+    with bf16 and vLLM switched off by flags (this machine has neither)."""
+    from mrtpo.commands.train import parse_args
+
+    values = yaml.safe_load(recipe.read_text())
+    gpu = recipe.stem.endswith("-gpu")
+    overrides = ["--bf16", "false", "--use_vllm", "false"] if gpu else []
+    parsed = parse_args(["--config", str(recipe), *overrides])
+    merged = {}
+    for part in parsed:
+        merged.update(vars(part))
+    for key, value in values.items():
+        if gpu and key in {"bf16", "use_vllm"}:
+            continue
+        if key == "report_to":  # TrainingArguments turns "none" into an empty list
+            assert value == "none" and merged[key] == []
+            continue
+        assert merged[key] == value, key
+    if gpu:
+        assert (values["use_vllm"], values["vllm_mode"], values["bf16"]) == (True, "colocate", True)
+        assert (values["mrtpo_beta"], values["mrtpo_warmup_steps"]) == (0.5, 10)
+        assert (values["adam_beta1"], values["adam_beta2"]) == (0.9, 0.999)
+
+
+def test_demo_cold_start_is_the_recipes_budget():
+    from mrtpo.commands.demo import COLD_START
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "tool_calling.yaml").read_text())
+    assert {key: recipe[f"sft_{key}"] for key in COLD_START} == COLD_START

@@ -1,0 +1,284 @@
+"""`mrtpo demo` (what `make demo` runs): a cold start, then MRTPO, on the embedded model.
+
+The embedded SmolLM2-135M-Instruct never writes the `<tool_call>` format on its own, so a
+binary format reward has no variance and RL cannot start. The demo therefore runs, into
+`outputs/demo/`:
+
+1. `mrtpo eval` of the embedded model on the bundled tool-calling test split (`eval-base`);
+2. `mrtpo sft`: a short supervised cold start that brings the format rate to 0.2-0.6 (`sft`);
+3. `mrtpo eval` of that checkpoint: "before" (`eval-before`);
+4. `mrtpo train` with MRTPO from that checkpoint (`train`: metrics.jsonl, curves.png, model);
+5. `mrtpo eval` of the result: "after" (`eval-after`);
+
+then prints the before/after table (also written to `results.md`) and where `curves.png` is.
+
+`mrtpo demo --replay-only` is the engine's demo instead: one hand-written text-to-SQL response
+(well formed and runnable, but `>=` where the question needs `>`) replayed with the three SQL
+rewards' verifier information; it prints each token with its distance per reward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mrtpo.models import DEFAULT_MODEL
+
+DEMO_TASK = "tool_calling"
+
+# The cold-start budget measured on the embedded model (recipes/tool_calling.yaml records the
+# same): it puts the tool-call format rate between 0.2 and 0.6, leaving RL something to learn.
+COLD_START = {
+    "max_steps": 2,
+    "learning_rate": 5e-5,
+    "per_device_train_batch_size": 8,
+    "max_train_examples": 64,
+}
+EVAL_EXAMPLES = 32  # test prompts scored before and after (the same ones)
+STEP_DIRS = ("eval-base", "sft", "eval-before", "train", "eval-after")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mrtpo demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output_dir", "--output-dir", default="outputs/demo")
+    parser.add_argument("--model_name_or_path", "--model-name-or-path", default=DEFAULT_MODEL)
+    parser.add_argument(
+        "--replay_only",
+        "--replay-only",
+        action="store_true",
+        help="replay one hand-written SQL response and print each token's distance per reward",
+    )
+    parser.add_argument("--eval_examples", "--eval-examples", type=int, default=EVAL_EXAMPLES)
+    parser.add_argument(
+        "--max_steps",
+        "--max-steps",
+        type=int,
+        default=None,
+        help="MRTPO steps (default: mrtpo train's CPU default)",
+    )
+    parser.add_argument(
+        "--sft_max_steps", "--sft-max-steps", type=int, default=COLD_START["max_steps"]
+    )
+    parser.add_argument(
+        "--skip_base", "--skip-base", action="store_true", help="skip evaluating the base model"
+    )
+    args = parser.parse_args(argv)
+    if args.eval_examples < 1:
+        raise ValueError(f"--eval_examples must be >= 1, got {args.eval_examples}")
+    return args
+
+
+# ----------------------------------------------------------------------------- the training demo
+
+
+def run_step(
+    title: str, command: Callable[[list[str]], int], argv: list[str], timings: dict[str, float]
+) -> None:
+    """Run one command module's `main`, timed; a failure stops the demo with its message."""
+    print(
+        f"\n=== {title}: mrtpo {command.__module__.rsplit('.', 1)[-1]} {' '.join(argv)}", flush=True
+    )
+    started = time.perf_counter()
+    code = command(argv)
+    timings[title] = time.perf_counter() - started
+    if code:
+        raise ValueError(f"demo step {title!r} failed with exit code {code}")
+    print(f"=== {title}: {timings[title] / 60:.1f} min", flush=True)
+
+
+def results_markdown(columns: dict[str, dict[str, Any]], timings: dict[str, float]) -> str:
+    """The before/after table and the step timings as Markdown."""
+    names = list(columns)
+    metrics: list[str] = []
+    for result in columns.values():
+        for key in [*result["verifiers"], *result["headline"]]:
+            if key not in metrics:
+                metrics.append(key)
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for metric in metrics:
+        cells = []
+        for result in columns.values():
+            value = result["verifiers"].get(metric, result["headline"].get(metric))
+            cells.append("-" if value is None else f"{value:.3f}")
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    lines += ["", "| step | minutes |", "|---|---:|"]
+    lines += [f"| {step} | {seconds / 60:.1f} |" for step, seconds in timings.items()]
+    lines.append(f"| total | {sum(timings.values()) / 60:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def training_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from mrtpo.commands import eval as evaluate
+    from mrtpo.commands import sft, train
+
+    root = Path(args.output_dir)
+    for name in STEP_DIRS:  # only the folders this demo writes
+        shutil.rmtree(root / name, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    max_new_tokens = str(train.CPU_DEFAULTS["max_completion_length"])
+    timings: dict[str, float] = {}
+
+    def eval_argv(model: str, folder: str) -> list[str]:
+        return ["--task", DEMO_TASK, "--model_name_or_path", model, "--split", "test",
+                "--max_examples", str(args.eval_examples), "--max_new_tokens", max_new_tokens,
+                "--output_dir", str(root / folder)]  # fmt: skip
+
+    if not args.skip_base:
+        run_step(
+            "eval base model",
+            evaluate.main,
+            eval_argv(args.model_name_or_path, "eval-base"),
+            timings,
+        )
+    run_step(
+        "cold start (sft)",
+        sft.main,
+        ["--task", DEMO_TASK, "--model_name_or_path", args.model_name_or_path,
+         "--max_steps", str(args.sft_max_steps), "--learning_rate", str(COLD_START["learning_rate"]),
+         "--per_device_train_batch_size", str(COLD_START["per_device_train_batch_size"]),
+         "--max_train_examples", str(COLD_START["max_train_examples"]), "--output_dir", str(root / "sft")],
+        timings,
+    )  # fmt: skip
+    run_step("eval before RL", evaluate.main, eval_argv(str(root / "sft"), "eval-before"), timings)
+    train_argv = ["--task", DEMO_TASK, "--model_name_or_path", str(root / "sft"),
+                  "--advantage_estimator", "mrtpo", "--output_dir", str(root / "train")]  # fmt: skip
+    if args.max_steps is not None:
+        train_argv += ["--max_steps", str(args.max_steps)]
+    run_step("train (MRTPO)", train.main, train_argv, timings)
+    run_step("eval after RL", evaluate.main, eval_argv(str(root / "train"), "eval-after"), timings)
+
+    columns = {}
+    for label, folder in (
+        ("base", "eval-base"),
+        ("before (sft)", "eval-before"),
+        ("after (MRTPO)", "eval-after"),
+    ):
+        path = root / folder / "eval.json"
+        if path.is_file():
+            columns[label] = json.loads(path.read_text())
+    title = f"{DEMO_TASK} test split, first {args.eval_examples} prompts, greedy"
+    print()
+    Console().print(evaluate.summary_table(title, columns))
+    results = root / "results.md"
+    results.write_text(f"# mrtpo demo\n\n{title}\n\n" + results_markdown(columns, timings))
+    print(f"demo took {sum(timings.values()) / 60:.1f} min")
+    print(f"before/after table: {results}")
+    print(f"reward curves: {root / 'train' / 'curves.png'}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- the replay demo
+
+SCHEMA = """CREATE TABLE singer (
+  singer_id INTEGER PRIMARY KEY,
+  name TEXT,
+  country TEXT,
+  age INTEGER
+);"""
+SINGERS = [(1, "Joe Sharp", "Netherlands", 52), (2, "Timbaland", "United States", 32),
+           (3, "Justin Brown", "France", 29), (4, "Rose White", "France", 41),
+           (5, "John Nizinik", "France", 30)]  # fmt: skip
+QUESTION = "What are the names of the singers who are older than 30?"
+REFERENCE_SQL = "SELECT name FROM singer WHERE age > 30"
+# Well formed and runnable, but `>=` where the question needs `>` (it also returns John, 30).
+RESPONSE = (
+    "<think>The singer table has an age column; keep singers older than 30.</think>\n"
+    "<answer>\nSELECT name FROM singer WHERE age >= 30\n</answer>"
+)
+FALLBACK_SYSTEM_PROMPT = (
+    "You write SQLite queries. Think inside <think>...</think>, then give one SQL query inside "
+    "<answer>...</answer>."
+)
+
+
+def demo_database(folder: Path) -> Path:
+    """A five-row SQLite database for the replay demo."""
+    path = folder / "concert_singer.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute(SCHEMA)
+        connection.executemany("INSERT INTO singer VALUES (?, ?, ?, ?)", SINGERS)
+    return path
+
+
+def sql_system_prompt() -> str:
+    from mrtpo import tasks
+
+    try:
+        return tasks.get("sql").system_prompt
+    except ImportError:  # the SQL task is optional for this demo
+        return FALLBACK_SYSTEM_PROMPT
+
+
+def replay_demo(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from mrtpo.models import load_model
+    from mrtpo.relevance import replay_distances
+    from mrtpo.tasks.sql_verifiers import SqlExecutable, SqlExecution, SqlFormat
+
+    model, tokenizer = load_model(args.model_name_or_path)
+    messages = [
+        {"role": "system", "content": sql_system_prompt()},
+        {"role": "user", "content": f"Database schema:\n{SCHEMA}\n\nQuestion: {QUESTION}"},
+    ]
+    verifiers = [SqlFormat(), SqlExecutable(), SqlExecution()]
+    with tempfile.TemporaryDirectory() as folder:
+        example = {
+            "prompt": messages,
+            "db_path": str(demo_database(Path(folder))),
+            "reference_sql": REFERENCE_SQL,
+        }
+        verdicts = [verifier.verify(RESPONSE, example) for verifier in verifiers]
+    completion_ids = tokenizer(RESPONSE, add_special_tokens=False)["input_ids"] + [
+        tokenizer.eos_token_id
+    ]
+    with torch.no_grad():
+        distance, mask = replay_distances(
+            model, tokenizer, [messages], [completion_ids], [[verdict.info for verdict in verdicts]]
+        )
+    distance = distance[0].float()  # (K, T)
+
+    console = Console()
+    console.print(f"[bold]Question:[/bold] {QUESTION}\n[bold]Reference:[/bold] {REFERENCE_SQL}")
+    for verifier, verdict in zip(verifiers, verdicts, strict=True):
+        console.print(f"[bold]{verifier.name}[/bold] = {verdict.score}", highlight=False)
+    table = Table(title="replay distance per token (leave-one-out, JS distance in [0, 1])")
+    table.add_column("#", justify="right")
+    table.add_column("token")
+    for verifier in verifiers:
+        table.add_column(verifier.name, justify="right")
+    top = distance.max(dim=1).values
+    for t, token_id in enumerate(completion_ids):
+        if not mask[0, t]:
+            continue
+        cells = []
+        for k in range(len(verifiers)):
+            value = distance[k, t].item()
+            style = "bold red" if value >= 0.5 * top[k].item() > 0 else ""
+            cells.append(f"[{style}]{value:.3f}[/{style}]" if style else f"{value:.3f}")
+        token = tokenizer.decode([token_id]).replace("\n", "\\n")
+        table.add_row(str(t), repr(token)[1:-1], *cells)
+    console.print(table)
+    means = ", ".join(
+        f"{v.name} {distance[k][mask[0].bool()].mean().item():.3f}" for k, v in enumerate(verifiers)
+    )
+    console.print(
+        f"mean distance per reward: {means}; bold red: at least half the reward's maximum"
+    )
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    return replay_demo(args) if args.replay_only else training_demo(args)
