@@ -139,9 +139,9 @@ def test_localization_by_hand():
     assert [r["type"] for r in rows[-2:]] == ["all", "all"]
 
     markdown = localization_markdown(rows)
-    assert "| r0 | satisfied | 50.0 | 40.0 | 1.25 | 2 |" in markdown
-    assert "| r0 | violated | – | – | – | 1 |" in markdown  # fewer than min_instances
-    assert "| **all satisfied** |  | 50.0 | 40.0 | 1.25 | 2 |" in markdown
+    assert "| r0 | satisfied | 50.0 | 40.0 | 1.25 | 2 | 2 |" in markdown
+    assert "| r0 | violated | – | – | – | 1 | 1 |" in markdown  # fewer than min_instances
+    assert "| **all satisfied** |  | 50.0 | 40.0 | 1.25 | 2 | 2 |" in markdown
 
 
 def test_localization_pools_types_and_maps_fragments_to_their_character(tiny):
@@ -157,6 +157,24 @@ def test_localization_pools_types_and_maps_fragments_to_their_character(tiny):
     # the emoji's 3 fragments and the token completing it stand for character 3
     assert int(read.sum()) == 4
     assert [credit_map.token_text(t) for t in np.flatnonzero(read)] == ["", "", "", "😀"]
+
+
+def test_localization_excludes_a_check_that_reads_the_whole_text(tiny):
+    _, tokenizer = tiny
+    text = "SELECT name"
+    ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+    distance = np.full((2, len(ids)), 0.1)
+    verdicts = [Verdict(1.0, "", ((0, len(text)),)), Verdict(1.0, "", ((0, 6),))]
+    credit_map = CreditMap.from_replay(
+        tokenizer, ids, ["whole", "part"], distance, verdicts=verdicts
+    )
+    read = credit_map.tokens_in_spans(verdicts[1].spans)
+    rows = {row["type"]: row for row in localization_table([credit_map], min_instances=1)}
+    # the eos token stands for no character: reading all the text is reading everything
+    assert (rows["whole"]["n"], rows["whole"]["excluded"]) == (0, 1)
+    assert rows["part"]["n"] == 1
+    assert rows["part"]["tok"] == pytest.approx(100 * read.sum() / len(ids))
+    assert rows["part"]["ratio"] == pytest.approx(1.0)  # uniform distance: Dist. = Tok.
 
 
 # --------------------------------------------------------------------------- concentration

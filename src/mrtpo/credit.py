@@ -108,6 +108,8 @@ class CreditMap:
     token_advantages: [T] the combined per-token advantage A_t, or None.
     gdpo_advantage: GDPO's response-level advantage (every token gets it), or None.
     reward_weights: [K] the reward weights c_k (default 1).
+    types: [K] what kind of check each reward is (the analysis groups by it; default: names;
+        the instruction-following task's slot k checks a different constraint on each row).
     prompt: the prompt text (for display).
     title: a heading for the map.
     """
@@ -124,6 +126,7 @@ class CreditMap:
     token_advantages: np.ndarray | None = None
     gdpo_advantage: float | None = None
     reward_weights: np.ndarray | None = None
+    types: list[str] | None = None
     prompt: str = ""
     title: str = ""
 
@@ -168,6 +171,9 @@ class CreditMap:
             raise ValueError(f"reward_weights must have shape [{num_rewards}]")
         if self.gdpo_advantage is not None:
             self.gdpo_advantage = float(self.gdpo_advantage)
+        self.types = list(self.names) if self.types is None else [str(t) for t in self.types]
+        if len(self.types) != num_rewards:
+            raise ValueError(f"types must hold K={num_rewards} entries, got {len(self.types)}")
 
     @property
     def num_tokens(self) -> int:
@@ -221,6 +227,7 @@ class CreditMap:
         text: str | None = None,
         gdpo_advantage: float | None = None,
         reward_weights: Any = None,
+        types: Sequence[str] | None = None,
         prompt: str = "",
         title: str = "",
     ) -> CreditMap:
@@ -263,6 +270,7 @@ class CreditMap:
             token_advantages=cut(token_advantages, "token_advantages", 1),
             gdpo_advantage=gdpo_advantage,
             reward_weights=reward_weights,
+            types=types,
             prompt=prompt,
             title=title,
         )
@@ -283,6 +291,7 @@ class CreditMap:
             "verdicts": record["verdicts"],
             "gdpo_advantage": record.get("gdpo_advantage"),
             "reward_weights": record.get("reward_weights"),
+            "types": record.get("types"),
             "prompt": prompt,
             "title": record.get("title", ""),
         }
@@ -349,6 +358,7 @@ def write_training_maps(
       verdicts: [K] Verdict(score, info, spans);
       gdpo_advantage: optional float, GDPO's advantage of this row;
       reward_weights: optional [K] reward weights c_k;
+      types: optional [K] each reward's kind of check (see `CreditMap.types`);
       title: optional heading (e.g. "lowest reward").
     Arrays may be lists, numpy arrays or torch tensors.
     """

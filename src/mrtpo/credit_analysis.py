@@ -11,7 +11,8 @@ length or total distance), and Ratio = mean Dist. / mean Tok., so the table's Ra
 its Dist. over its Tok.; 1 is what uniform assignment gives. The JSON also holds the mean of
 per-instance ratios. Instances that cannot say anything about localization are left out and
 counted as `excluded`: no spans (the checker read no particular characters), spans covering
-every token (Tok. = 100, so Ratio = 1 whatever the replay does), or zero total distance.
+the whole text (the checker read everything: Ratio ~ 1 whatever the replay does), or zero
+total distance.
 
 Concentration (Figure 6). Per reward, averaged over responses: the share of its distance held
 by the top p of the response's tokens (k = max(1, ceil(p * T)) tokens, beside the uniform share
@@ -48,8 +49,9 @@ def localization_instances(
     `excluded` with the reason."""
     instances = []
     for credit_map in maps:
+        has_text = np.array([end > start for start, end in credit_map.footprints()], dtype=bool)
         for k, (name, verdict) in enumerate(
-            zip(credit_map.names, credit_map.verdicts, strict=True)
+            zip(credit_map.types, credit_map.verdicts, strict=True)
         ):
             if verdict.score is None:
                 continue
@@ -62,8 +64,8 @@ def localization_instances(
             total = float(distance.sum())
             if not read.any():
                 entry["excluded"] = "no spans"
-            elif read.all():
-                entry["excluded"] = "spans cover every token"
+            elif read[has_text].all():  # the whole text (special tokens stand for none)
+                entry["excluded"] = "spans cover the whole response"
             elif total <= 0:
                 entry["excluded"] = "zero distance"
             else:
@@ -101,7 +103,7 @@ def _summary_row(
 def localization_table(
     maps: Sequence[CreditMap], satisfied_at: float = 1.0, min_instances: int = 5
 ) -> list[dict[str, Any]]:
-    """Table 4: a row per (reward type, outcome), then the pooled "all" rows (satisfied,
+    """Table 4: a row per (reward type `CreditMap.types`, outcome), then the pooled "all" rows (satisfied,
     violated). Each row: type, outcome, n, excluded, dist (%), tok (%), ratio,
     mean_instance_ratio, enough (n >= min_instances; the Markdown shows "–" otherwise)."""
     instances = localization_instances(maps, satisfied_at)
@@ -124,8 +126,8 @@ def _cell(value: float | None, enough: bool, digits: int) -> str:
 def localization_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """Table 4 as Markdown; the pooled rows last, in bold."""
     lines = [
-        "| Type | Outcome | Dist. (%) | Tok. (%) | Ratio | n |",
-        "|---|---|---:|---:|---:|---:|",
+        "| Type | Outcome | Dist. (%) | Tok. (%) | Ratio | n | excl. |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         name = (
@@ -134,7 +136,7 @@ def localization_markdown(rows: Sequence[dict[str, Any]]) -> str:
         outcome = "" if row["type"] == "all" else row["outcome"]
         lines.append(
             f"| {name} | {outcome} | {_cell(row['dist'], row['enough'], 1)} | {_cell(row['tok'], row['enough'], 1)} "
-            f"| {_cell(row['ratio'], row['enough'], 2)} | {row['n']} |"
+            f"| {_cell(row['ratio'], row['enough'], 2)} | {row['n']} | {row['excluded']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -227,7 +229,7 @@ def _concentration_of(
 def concentration(
     maps: Sequence[CreditMap], fractions: Sequence[float] = TOP_FRACTIONS
 ) -> dict[str, Any]:
-    """Figure 6, in percent: per reward name and pooled over all rewards ("all"), the mean
+    """Figure 6, in percent: per reward type (`CreditMap.types`) and pooled over all rewards ("all"), the mean
     over responses of the top-p shares (`top`, beside `top_uniform`) and of the part shares
     (`parts`, beside `parts_uniform`). Rewards that do not apply (score None) or have zero
     distance on a response are left out for it."""
@@ -240,7 +242,7 @@ def concentration(
             continue
         parts = token_parts(credit_map)
         for k, (name, verdict) in enumerate(
-            zip(credit_map.names, credit_map.verdicts, strict=True)
+            zip(credit_map.types, credit_map.verdicts, strict=True)
         ):
             if verdict.score is not None and credit_map.distance[k].sum() > 0:
                 by_reward.setdefault(name, []).append((credit_map.distance[k], parts))

@@ -86,6 +86,8 @@ def map_rows(credit_map: CreditMap) -> tuple[list[Row], str]:
     mode = "distance" if per_reward is None and credit_map.token_advantages is None else "advantage"
     rows = []
     for k, (name, verdict) in enumerate(zip(credit_map.names, credit_map.verdicts, strict=True)):
+        if credit_map.types[k] != name:
+            name = f"{name} ({credit_map.types[k]})"
         score = "not applicable" if verdict.score is None else f"score {verdict.score:g}"
         summary = score
         if credit_map.reward_advantages is not None:
