@@ -6,6 +6,10 @@
 - bundled prompts: `src/mrtpo/data/instructions/{train,test}.jsonl`, made by
   `python -m mrtpo.data.instructions.build`.
 
+Dataset columns: `prompt` (system + user messages), `key`, `instruction_id_list`, and `kwargs`
+as a list of JSON strings, one per instruction: the kwargs dicts of different instructions have
+different keys, which Arrow would merge into one struct and fill with nulls (see `loader`).
+
 The data has no reference responses, so `reference_completion` is None and a supervised cold
 start has nothing to train on for this task.
 """

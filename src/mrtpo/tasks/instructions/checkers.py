@@ -19,6 +19,10 @@ Matching IFEval exactly, including its quirks:
   branch);
 - `**bold**` counts as one highlight, like `*italic*`; bullets are lines starting with `*`
   (not `**`) or `-`.
+
+One deliberate difference: IFEval's data has two `letter_frequency` rows whose letter is not a
+letter ("#", "!"). Google's reference counts that character, as we do; lm-eval's copy replaces
+it with a random letter, which no deterministic checker can match.
 """
 
 from __future__ import annotations
