@@ -7,6 +7,8 @@ import json
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mrtpo.tasks
 from mrtpo.data.instructions import build
@@ -290,3 +292,18 @@ def test_the_real_ifbench_file_has_unknown_ids(shared_benchmarks):
         TASK.load(path=str(path))
     with pytest.warns(UserWarning, match="kept 0 of 300 rows"):
         assert len(TASK.load(path=str(path), skip_unknown=True)) == 0
+
+
+BUNDLED_TEST_ROWS = TASK.load("test").to_list()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(BUNDLED_TEST_ROWS), st.text(max_size=300))
+def test_every_slot_of_a_bundled_row_scores_any_text_in_range(row, response):
+    n_constraints = len(row["instruction_id_list"])
+    for slot in TASK.verifiers():
+        verdict = slot.verify(response, row)
+        if slot.index < n_constraints:
+            assert verdict.score in (0.0, 1.0)
+        else:
+            assert verdict == Verdict(None, "")
