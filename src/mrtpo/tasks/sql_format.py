@@ -139,9 +139,22 @@ def parse_response(text: str, fmt: ResponseFormat = DEFAULT_FORMAT) -> ParsedRes
     )
 
 
-@lru_cache(maxsize=8192)
+CACHED_QUERY_CHARS = 4_000  # longer texts are parsed every time (bounds the cache's memory)
+
+
 def read_query_problem(query: str) -> str | None:
     """Why `query` is not exactly one SQL read statement (sqlglot, SQLite dialect), or None."""
+    if len(query) <= CACHED_QUERY_CHARS:
+        return _cached_read_query_problem(query)
+    return _read_query_problem(query)
+
+
+@lru_cache(maxsize=4096)
+def _cached_read_query_problem(query: str) -> str | None:
+    return _read_query_problem(query)
+
+
+def _read_query_problem(query: str) -> str | None:
     if not query.strip():
         return "the answer is empty"
     if len(query) > MAX_QUERY_CHARS:

@@ -102,7 +102,7 @@ class QueryRunner:
     def run(self, db_path: str, query: str) -> QueryResult:
         """The result of a candidate `query`, run at most once while it stays cached."""
         key = (str(db_path), normalize_query(query))
-        result = self._results.get(key)
+        result = self._results.get(key) or self._references.get(key)
         if result is None:
             result = self.sandbox.run(key[0], key[1])
             self._results.put(key, result)
