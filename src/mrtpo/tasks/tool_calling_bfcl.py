@@ -17,7 +17,8 @@ language), written anew here (the project does not import bfcl_eval's code):
 - the type check treats a value of the allowed values' own type as a "variable" (BFCL's
   answers sometimes hold a variable name as a string) and then compares it plainly;
 - parallel calls: as many calls as references; each reference, in order, takes the first
-  not yet taken call that is valid for it (order-independent, greedy like BFCL).
+  not yet taken call that is valid for it (order-independent, greedy like BFCL; so a
+  response can fail although another assignment would fit, exactly as in BFCL).
 
 Scoring adds partial credit on top: one unit per reference function name and one per reference
 parameter; a unit is right when that part passes the rule above. Parameters the reference does
@@ -302,31 +303,45 @@ def score_calls(
     """Score calls [(name, arguments), ...] against BFCL ground truth [{name: {param: allowed}}].
 
     Unparseable calls can be passed as (None, None): they match nothing but still count.
-    Each reference, in order, takes the first free call BFCL accepts for it; failing that,
-    the free call with the best partial score (ties: the first), so the partial credit never
-    changes which responses are fully right.
+    First BFCL's pass: each reference, in order, takes the first free call valid for it.
+    References left without one then take, in order, the free call with the best partial
+    score (ties: the first). A reference left over in the first pass has no valid call among
+    the free ones, and later ones only take calls away, so it stays below 1: the score is 1.0
+    exactly when BFCL's greedy pass succeeds with no call to spare.
     """
-    free = list(range(len(calls)))
-    right = total = 0
-    matches: list[int | None] = []
+    references = []
     for reference in ground_truth:
         ((reference_name, reference_params),) = reference.items()
-        schema = function_by_name(functions, reference_name)
+        references.append(
+            (function_by_name(functions, reference_name), reference_name, reference_params)
+        )
+    free = list(range(len(calls)))
+    results: list[tuple[CallScore, int | None] | None] = [None] * len(references)
+
+    for position, (schema, reference_name, reference_params) in enumerate(references):
+        for index in free:
+            score = score_call(schema, *calls[index], reference_name, reference_params)
+            if score.valid:
+                results[position] = (score, index)
+                free.remove(index)
+                break
+
+    for position, (schema, reference_name, reference_params) in enumerate(references):
+        if results[position] is not None:
+            continue
         scored = [
             (score_call(schema, *calls[index], reference_name, reference_params), index)
             for index in free
         ]
-        valid = [(score, index) for score, index in scored if score.valid]
-        if valid:
-            best, index = valid[0]
-        elif scored:
-            best, index = max(scored, key=lambda pair: (pair[0].right / pair[0].total, -pair[1]))
-        else:
-            best, index = CallScore(right=0, total=1 + len(reference_params)), None
-        right += best.right
-        total += best.total
-        matches.append(index)
-        if index is not None:
+        if scored:
+            score, index = max(scored, key=lambda pair: (pair[0].right / pair[0].total, -pair[1]))
             free.remove(index)
-    total += len(free)  # surplus calls: one wrong unit each
-    return CallsScore(right=right, total=total, matches=tuple(matches))
+            results[position] = (score, index)
+        else:
+            results[position] = (CallScore(right=0, total=1 + len(reference_params)), None)
+
+    right = sum(score.right for score, _ in results)
+    total = sum(score.total for score, _ in results) + len(
+        free
+    )  # surplus calls: one wrong unit each
+    return CallsScore(right=right, total=total, matches=tuple(index for _, index in results))
