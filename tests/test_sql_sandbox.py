@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import os
 import shutil
 import sqlite3
 import threading
@@ -219,6 +221,26 @@ def test_process_mode_reuses_its_child_until_a_kill(shop_copy):
         assert sandbox._worker().process is None  # killed
         assert sandbox.run(shop_copy, "SELECT 3").rows == ((3,),)
         assert sandbox._worker().process.pid != pid
+    finally:
+        sandbox.close()
+
+
+def test_a_forked_process_gets_its_own_child(shop_copy):
+    sandbox = SqlSandbox()
+    try:
+        assert sandbox.run(shop_copy, "SELECT 1").rows == ((1,),)
+        process = sandbox._worker().process
+        pid = os.fork()
+        if pid == 0:  # the fork must neither reuse nor kill the parent's child
+            ok = sandbox.run(shop_copy, "SELECT 2").rows == ((2,),)
+            ok = ok and sandbox._worker().process.pid != process.pid
+            sandbox._local.worker = None
+            gc.collect()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert status == 0
+        assert process.poll() is None and sandbox._worker().process is process
+        assert sandbox.run(shop_copy, "SELECT 3").rows == ((3,),)
     finally:
         sandbox.close()
 

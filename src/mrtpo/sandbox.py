@@ -14,6 +14,9 @@ Model output is untrusted, so a query runs behind independent locks:
    `trim`/`instr`/`LIKE` on long strings): only a kill bounds those. The child also caps its
    address space (`max_memory_bytes`).
 
+Table-valued functions (`json_each`, `pragma_table_info`, ...) are refused: SQLite asks the
+authorizer for a schema update when it sets them up, and the authorizer allows no writes.
+
 Every outcome (rows, database error, denial, timeout, cap, malformed text) is a `QueryResult`;
 `SqlSandbox.run` never raises. One connection per database per worker is opened on first use
 and reused.
@@ -342,7 +345,9 @@ class _Child:
         process.stdout.close()
         self.process = process
         # Kill the child when this worker is dropped or the interpreter exits.
-        self._finalizer = weakref.finalize(self, _kill, process, self.requests, self.answers)
+        self._finalizer = weakref.finalize(
+            self, _kill, os.getpid(), process, self.requests, self.answers
+        )
         # Wait for the child to be up, so its start-up time never eats a query's budget.
         try:
             ready = (
@@ -381,9 +386,11 @@ class _Child:
         self.process = self.requests = self.answers = None
 
 
-def _kill(process: subprocess.Popen[bytes], *channels: Connection | None) -> None:
-    process.kill()
-    process.wait()
+def _kill(owner_pid: int, process: subprocess.Popen[bytes], *channels: Connection | None) -> None:
+    # A forked copy of the owner drops its copy of the worker: the child is not its to kill.
+    if os.getpid() == owner_pid:
+        process.kill()
+        process.wait()
     for channel in channels:
         if channel is not None:
             channel.close()

@@ -12,6 +12,7 @@ reference query once for all the batches.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
@@ -216,7 +217,10 @@ def compare_results(
 
 
 def _column(example: Mapping[str, Any], name: str) -> str:
+    """A column the verifiers need (a dataset error, not a response's, if it is missing)."""
     value = example.get(name)
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if not isinstance(value, str) or not value:
         raise ValueError(f"the example has no {name!r} column (text); the SQL verifiers need it")
     return value
