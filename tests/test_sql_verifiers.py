@@ -203,6 +203,9 @@ def test_parse_response_locates_the_query():
     assert parsed.problems == ()
     assert parsed.query == "SELECT 1;"
     assert text[parsed.query_span[0] : parsed.query_span[1]] == "SELECT 1;"
+    stray = parse_response("<think>I will use <answer> later</think><answer>SELECT 3</answer>")
+    assert stray.query == "SELECT 3"  # a stray opening tag does not swallow the real block
+    assert stray.problems == ("an unmatched <answer> or </answer> tag",)
     custom = ResponseFormat(think_tag="reasoning", answer_tag="sql")
     assert parse_response("<reasoning>r</reasoning><sql>SELECT 2</sql>", custom).query == "SELECT 2"
     assert SqlFormat(custom).verify("<sql>SELECT 2</sql>", {}).score == 1.0

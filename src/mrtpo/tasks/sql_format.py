@@ -77,12 +77,25 @@ class ParsedResponse:
 
 
 def _blocks(text: str, tag: str) -> tuple[list[Span], list[Span]]:
-    """(complete blocks, their inner spans) of `<tag>...</tag>`, non-nested, left to right."""
+    """(complete blocks, their inner spans) of `<tag>...</tag>`, left to right; a block's
+    inside holds no other opening tag, so a stray `<tag>` never swallows the next block."""
     blocks, inners = [], []
-    for match in re.finditer(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL):
+    pattern = rf"<{tag}>((?:(?!<{tag}>).)*?)</{tag}>"
+    for match in re.finditer(pattern, text, re.DOTALL):
         blocks.append(match.span())
         inners.append(match.span(1))
     return blocks, inners
+
+
+def _tag_problem(text: str, tag: str, blocks: list[Span], required: bool) -> str | None:
+    opened, closed = text.count(f"<{tag}>"), text.count(f"</{tag}>")
+    if not blocks and required:
+        return f"no <{tag}>...</{tag}> block"
+    if opened != len(blocks) or closed != len(blocks):
+        return f"an unmatched <{tag}> or </{tag}> tag"
+    if len(blocks) > 1:
+        return f"more than one <{tag}> block"
+    return None
 
 
 def parse_response(text: str, fmt: ResponseFormat = DEFAULT_FORMAT) -> ParsedResponse:
@@ -92,16 +105,14 @@ def parse_response(text: str, fmt: ResponseFormat = DEFAULT_FORMAT) -> ParsedRes
     answers, answer_inners = _blocks(text, a)
     thinks, _ = _blocks(text, t)
 
-    problems = []
-    n_open, n_close = text.count(f"<{a}>"), text.count(f"</{a}>")
-    if not answers:
-        problems.append(f"no <{a}>...</{a}> block")
-    elif len(answers) > 1 or n_open > 1 or n_close > 1:
-        problems.append(f"more than one <{a}> block")
-    if text.count(f"<{t}>") > 1 or text.count(f"</{t}>") > 1 or len(thinks) > 1:
-        problems.append(f"more than one <{t}> block")
-    elif text.count(f"<{t}>") != len(thinks) or text.count(f"</{t}>") != len(thinks):
-        problems.append(f"an unclosed <{t}> tag")
+    problems = [
+        problem
+        for problem in (
+            _tag_problem(text, a, answers, required=True),
+            _tag_problem(text, t, thinks, required=False),
+        )
+        if problem
+    ]
     if answers and thinks and thinks[0][0] > answers[-1][0]:
         problems.append(f"the <{t}> block comes after the answer")
 
