@@ -1,0 +1,499 @@
+"""Replay relevance: how much each reward's verifier information changes the policy, per token.
+
+For every response, the *same generated token ids* are teacher-forced after K + 1 contexts
+(``../shared/METHOD.md`` step 1): ``leave_one_out`` compares the prompt plus all K verifiers'
+information (``full``) with the prompt plus all but reward k's (``minus_k``); ``add_one``
+compares the bare prompt with the prompt plus reward k's information only. The distance of
+reward k at response token t is the base-2 Jensen-Shannon distance between the two next-token
+distributions (step 2), in [0, 1].
+
+How it is kept cheap (the cost section of METHOD.md):
+- The verifier information goes after the original prompt, so every context of a prompt shares
+  the prompt as a prefix. That prefix is tokenized once and run once per distinct prompt (the
+  G rows of a group share it); its KV cache is reused by all ``G * (K + 1)`` contexts, which
+  only run (information + completion). Identical contexts of a row run once (e.g. an empty
+  information string), and their distance is exactly 0.
+- Only the last hidden states are kept; the vocabulary projection, log-softmax and JS distance
+  run over chunks of ``chunk_size`` positions, so ``(rows, K + 1, T, V)`` never exists at once.
+``naive_replay_distances`` is the straightforward reference (every full context from scratch,
+all logits kept) used by the tests and the benchmark.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+MODES = ("leave_one_out", "add_one")
+INFO_SEPARATOR = "\n\n"  # between the original user content and each piece of information
+DEFAULT_CHUNK_SIZE = 32  # response positions per (lm_head + log-softmax + JS) chunk
+DEFAULT_BATCH_SIZE = 16  # contexts per forward pass
+_LN2 = math.log(2.0)
+_MARKER = "\u2063MRTPO-INFO\u2063"  # an invisible separator that no template or prompt contains
+
+
+# ----------------------------------------------------------------------------- distance
+
+
+def _js_from_log_probs(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
+    """Base-2 JS distance between two distributions given as log-probabilities.
+
+    Written per vocabulary entry as ``(p + q) / 4 * f(x)`` with ``x = (log q - log p) / 2`` and
+    ``f(x) = 2x tanh(x) - 2 log cosh(x) >= 0`` (the entry's share of 2 JSD, in nats). The
+    textbook ``p log(p / m)`` sums terms of both signs whose rounding (~1e-7 of log m) survives
+    the cancellation and is then magnified by the square root near 0 (errors ~1e-4 on close
+    distributions); here every term is >= 0 and accurate to its own relative precision.
+    """
+    p, q = log_p.exp(), log_q.exp()
+    half_gap = 0.5 * (log_q - log_p)  # NaN where both are -inf (p = q = 0: no contribution)
+    size = half_gap.abs()
+    near = size < 1.0
+    # |x| < 1: f = 2x tanh x + log(1 - tanh^2 x), no cancellation against a constant.
+    x = torch.where(near, half_gap, 0.0)
+    u = torch.tanh(x)
+    f_near = 2.0 * x * u + torch.log1p(-u * u)
+    # |x| >= 1 (and +-inf): with e = exp(-2|x|), f = 2 ln 2 - 2 log(1 + e) - 4|x| e / (1 + e).
+    e = torch.exp(-2.0 * torch.where(near, 1.0, size))
+    f_far = 2.0 * _LN2 - 2.0 * torch.log1p(e) - torch.where(e > 0, 4.0 * size * e / (1.0 + e), 0.0)
+    weight = p + q
+    terms = torch.where(weight > 0, weight * torch.where(near, f_near, f_far), 0.0)
+    divergence = (terms.sum(dim) / (4.0 * _LN2)).clamp(0.0, 1.0)  # JSD in bits
+    return divergence.sqrt()
+
+
+def js_distance(logits_p: Tensor, logits_q: Tensor, dim: int = -1) -> Tensor:
+    """Base-2 Jensen-Shannon distance ``sqrt(JSD_2(P || Q))`` between ``softmax`` of two logits.
+
+    Args:
+        logits_p: Tensor[..., V, ...], unnormalized log-probabilities (``-inf`` allowed).
+        logits_q: Tensor broadcastable with ``logits_p``.
+        dim: the vocabulary dimension.
+
+    Returns:
+        Tensor of the broadcast shape without ``dim``, float32 (or float64 for float64 input),
+        in [0, 1]: 0 for equal distributions, 1 for disjoint supports.
+    """
+    if not isinstance(logits_p, Tensor) or not isinstance(logits_q, Tensor):
+        raise ValueError("logits_p and logits_q must be torch.Tensor")
+    dtype = torch.float64 if torch.float64 in (logits_p.dtype, logits_q.dtype) else torch.float32
+    log_p = torch.log_softmax(logits_p.to(dtype), dim=dim)
+    log_q = torch.log_softmax(logits_q.to(dtype), dim=dim)
+    return _js_from_log_probs(log_p, log_q, dim=dim)
+
+
+# ----------------------------------------------------------------------------- contexts
+
+
+@dataclass(frozen=True)
+class Contexts:
+    """The K + 1 replay contexts of one row, as token ids.
+
+    Context c is ``prefix + suffixes[c]`` (c = 0: the reference, ``full`` or the bare prompt;
+    c = k >= 1: ``minus_k`` or ``plus_k``); the completion ids follow unchanged. ``prefix`` is
+    the prompt rendered up to the end of its original (last user) content, tokenized once and
+    shared by every context of the prompt.
+    """
+
+    prefix: tuple[int, ...]
+    suffixes: tuple[tuple[int, ...], ...]
+
+    def ids(self, context: int) -> list[int]:
+        return [*self.prefix, *self.suffixes[context]]
+
+    def sequence(self, context: int, completion: Sequence[int]) -> list[int]:
+        """The ids teacher-forced for context ``context``: context ids then the completion."""
+        return [*self.prefix, *self.suffixes[context], *completion]
+
+
+def context_infos(infos: Sequence[str], mode: str = "leave_one_out") -> list[list[str]]:
+    """Which pieces of information each of the K + 1 contexts appends (empty ones dropped)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    kept = [info if info else "" for info in infos]
+    if mode == "leave_one_out":
+        full = [info for info in kept if info]
+        minus = [[info for j, info in enumerate(kept) if j != k and info] for k in range(len(kept))]
+        return [full, *minus]
+    return [[], *[[info] if info else [] for info in kept]]
+
+
+def _appended_text(pieces: Sequence[str]) -> str:
+    """The text added after the original content: nothing when there is no information."""
+    return "".join(INFO_SEPARATOR + piece for piece in pieces)
+
+
+def _render_chat(
+    tokenizer: Any, messages: Sequence[Mapping[str, Any]], appended: str, template_kwargs: Mapping
+) -> str:
+    """Messages rendered with ``appended`` added to the last user turn's content."""
+    messages = [dict(message) for message in messages]
+    last_user = max(i for i, message in enumerate(messages) if message.get("role") == "user")
+    messages[last_user]["content"] = messages[last_user]["content"] + appended
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+    )
+
+
+def _check_messages(prompt: Sequence[Any], row: int, tokenizer: Any) -> None:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            f"prompts[{row}] is a list of chat messages but the tokenizer has no chat template"
+        )
+    if not all(isinstance(message, Mapping) for message in prompt):
+        raise ValueError(f"prompts[{row}] must be a string or a list of chat-message dicts")
+    users = [m for m in prompt if m.get("role") == "user"]
+    if not users:
+        raise ValueError(f"prompts[{row}] has no user message to append verifier information to")
+    if not isinstance(users[-1].get("content"), str):
+        raise ValueError(f"prompts[{row}]: the last user message's content must be a string")
+
+
+def _common_prefix(texts: Sequence[str]) -> str:
+    first, last = min(texts), max(texts)
+    size = 0
+    while size < len(first) and first[size] == last[size]:
+        size += 1
+    return first[:size]
+
+
+def build_contexts(
+    tokenizer: Any,
+    prompt: str | Sequence[Mapping[str, Any]],
+    infos: Sequence[str],
+    mode: str = "leave_one_out",
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    row: int = 0,
+) -> Contexts:
+    """Token ids of the K + 1 replay contexts of one row (without the completion).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (with a chat template when ``prompt`` is messages).
+        prompt: the original prompt: a string, or chat messages (the information is appended to
+            the last user turn's content, then rendered with ``add_generation_prompt=True``).
+        infos: K strings, the verifier information of each reward ("" appends nothing).
+        mode: ``"leave_one_out"`` or ``"add_one"``.
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template`` (e.g. tools).
+        row: the row's index, for error messages.
+
+    Returns:
+        ``Contexts`` whose prefix is tokenized once and shared by all K + 1 contexts.
+    """
+    template_kwargs = dict(chat_template_kwargs or {})
+    appended = [_appended_text(pieces) for pieces in context_infos(infos, mode)]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError(f"prompts[{row}] is empty: there is no context to replay after")
+        # As TRL tokenizes a plain prompt: special tokens (e.g. BOS) on the prompt itself.
+        prefix = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        suffixes = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in appended]
+        return Contexts(tuple(prefix), tuple(tuple(s) for s in suffixes))
+
+    _check_messages(prompt, row, tokenizer)
+    marked = _render_chat(tokenizer, prompt, _MARKER, template_kwargs)
+    texts = [_render_chat(tokenizer, prompt, text, template_kwargs) for text in appended]
+    shared = marked[: marked.index(_MARKER)] if _MARKER in marked else ""
+    if not all(text.startswith(shared) for text in texts):  # a template that rewrites content
+        shared = _common_prefix(texts)
+    if not shared:
+        raise ValueError(f"prompts[{row}] renders to an empty shared prefix")
+    # Rendered chat text carries its own special tokens (TRL tokenizes it the same way).
+    prefix = tokenizer(shared, add_special_tokens=False)["input_ids"]
+    suffixes = [
+        tokenizer(text[len(shared) :], add_special_tokens=False)["input_ids"] for text in texts
+    ]
+    return Contexts(tuple(prefix), tuple(tuple(s) for s in suffixes))
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def _check_inputs(
+    prompts: Sequence[Any], completion_ids: Sequence[Any], infos: Sequence[Sequence[str]], mode: str
+) -> tuple[list[list[int]], int]:
+    """Completions as lists of ints, and K."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(prompts, str):
+        raise ValueError("prompts must be a list (one prompt per row), not a string")
+    if not len(prompts):
+        raise ValueError("prompts is empty")
+    if len(completion_ids) != len(prompts):
+        raise ValueError(
+            f"completion_ids has {len(completion_ids)} rows, prompts has {len(prompts)}"
+        )
+    if len(infos) != len(prompts):
+        raise ValueError(f"infos has {len(infos)} rows, prompts has {len(prompts)}")
+    num_rewards = None
+    for row, row_infos in enumerate(infos):
+        if isinstance(row_infos, str) or not all(isinstance(info, str) for info in row_infos):
+            raise ValueError(f"infos[{row}] must be a list of K strings")
+        if num_rewards is None:
+            num_rewards = len(row_infos)
+        elif len(row_infos) != num_rewards:
+            raise ValueError(
+                f"infos[{row}] has {len(row_infos)} entries, infos[0] has {num_rewards}: K must be equal"
+            )
+    if not num_rewards:
+        raise ValueError("infos must hold at least one string per row (K >= 1)")
+    completions = []
+    for row, ids in enumerate(completion_ids):
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        if not ids:
+            raise ValueError(f"completion_ids[{row}] is empty: there is no token to replay")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ValueError(f"completion_ids[{row}] must hold integer token ids")
+        completions.append(ids)
+    return completions, num_rewards
+
+
+def _check_positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+# ----------------------------------------------------------------------------- model plumbing
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _logits(model: Any, hidden: Tensor) -> Tensor:
+    """Next-token logits (float32) from last hidden states, as the model's head computes them."""
+    logits = model.get_output_embeddings()(hidden).float()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _cache_keyword(body: torch.nn.Module) -> str:
+    """transformers 5 renamed ``past_key_values`` to ``cache`` (older bodies keep the old name)."""
+    return "cache" if "cache" in inspect.signature(body.forward).parameters else "past_key_values"
+
+
+def _run_body(body: Any, keyword: str, **inputs: Any) -> tuple[Tensor, Any]:
+    out = body(**{keyword if k == "cache" else k: v for k, v in inputs.items()})
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    return out.last_hidden_state, cache
+
+
+def _repeat_cache(prefix_cache: Any, batch: int, config: Any) -> Any:
+    """A fresh DynamicCache holding the prefix's keys/values for ``batch`` rows."""
+    from transformers import DynamicCache
+
+    layers = [
+        (keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1))
+        for keys, values, *_ in prefix_cache
+    ]
+    return DynamicCache(ddp_cache_data=layers, config=config)
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+def _replay_hidden(
+    model: Any,
+    pad_id: int,
+    contexts: list[Contexts],
+    completions: list[list[int]],
+    unique: list[list[int]],
+    batch_size: int,
+) -> list[Tensor]:
+    """Last hidden states predicting each completion token, per row: Tensor[U_i, T_i, H].
+
+    U_i = the row's distinct contexts (``unique[i]``: their context indices). Rows with the
+    same prefix share one prefix pass; their contexts run in right-padded batches on top of a
+    copy of its KV cache, with positions continuing after the prefix.
+    """
+    body = model.base_model
+    keyword = _cache_keyword(body)
+    device = _device(model)
+    hidden_size = model.config.get_text_config().hidden_size
+    dtype = model.get_output_embeddings().weight.dtype
+    out = [
+        torch.empty(len(unique[i]), len(completions[i]), hidden_size, dtype=dtype, device=device)
+        for i in range(len(contexts))
+    ]
+    by_prefix: dict[tuple[int, ...], list[int]] = {}
+    for row, ctx in enumerate(contexts):
+        by_prefix.setdefault(ctx.prefix, []).append(row)
+
+    for prefix, rows in by_prefix.items():
+        # The prefix's last token is run with each context, so that the hidden state predicting
+        # the first completion token always comes from the context pass (even with no suffix).
+        cached = len(prefix) - 1
+        prefix_cache = None
+        if cached:
+            ids = torch.tensor([prefix[:-1]], device=device)
+            _, prefix_cache = _run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
+        # (row, slot in unique[row], ids run after the cache, index of the first needed state)
+        jobs = []
+        for row in rows:
+            for slot, context in enumerate(unique[row]):
+                suffix = contexts[row].suffixes[context]
+                ids = [prefix[-1], *suffix, *completions[row][:-1]]
+                jobs.append((row, slot, ids, len(suffix)))
+        jobs.sort(key=lambda job: len(job[2]))  # similar lengths together: less padding
+        for start in range(0, len(jobs), batch_size):
+            batch = jobs[start : start + batch_size]
+            width = max(len(job[2]) for job in batch)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long, device=device)
+            attention = torch.zeros(len(batch), cached + width, dtype=torch.long, device=device)
+            attention[:, :cached] = 1
+            for b, (_, _, ids, _) in enumerate(batch):
+                input_ids[b, : len(ids)] = torch.tensor(ids, device=device)
+                attention[b, cached : cached + len(ids)] = 1
+            positions = torch.arange(cached, cached + width, device=device).expand(len(batch), -1)
+            cache = _repeat_cache(prefix_cache, len(batch), model.config) if cached else None
+            hidden, _ = _run_body(
+                body,
+                keyword,
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                cache=cache,
+                use_cache=cached > 0,
+            )
+            for b, (row, slot, _, first) in enumerate(batch):
+                out[row][slot] = hidden[b, first : first + len(completions[row])]
+    return out
+
+
+def replay_distances(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str | Sequence[Mapping[str, Any]]],
+    completion_ids: Sequence[Sequence[int] | Tensor],
+    infos: Sequence[Sequence[str]],
+    mode: str = "leave_one_out",
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per-token JS distance of each reward's verifier information, by replay.
+
+    Args:
+        model: a causal LM (``transformers`` ``*ForCausalLM``); run in eval mode, without
+            gradients (its training mode is restored afterwards).
+        tokenizer: its tokenizer.
+        prompts: N prompts, each a string or a list of chat messages.
+        completion_ids: N sequences of generated token ids (list or 1-D tensor, non-empty,
+            variable lengths); replayed unchanged.
+        infos: N lists of K strings, the verifier information of each reward for that row.
+        mode: ``"leave_one_out"`` (full vs. all-but-k) or ``"add_one"`` (bare vs. bare + v_k).
+        chunk_size: response positions per lm_head + log-softmax + JS chunk (bounds memory).
+        batch_size: contexts per forward pass (bounds memory).
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template``.
+
+    Returns:
+        ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
+        a row's completion; ``mask``: Tensor[N, T] float32, 1 on completion tokens. Both on the
+        model's device.
+    """
+    completions, num_rewards = _check_inputs(prompts, completion_ids, infos, mode)
+    _check_positive("chunk_size", chunk_size)
+    _check_positive("batch_size", batch_size)
+    contexts = [
+        build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
+        for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
+    ]
+    # Distinct contexts per row: identical ones (same ids) run once and are exactly 0 apart.
+    unique: list[list[int]] = []
+    slot_of: list[list[int]] = []
+    for ctx in contexts:
+        seen: dict[tuple[int, ...], int] = {}
+        slots = [seen.setdefault(suffix, len(seen)) for suffix in ctx.suffixes]
+        first_context = {slot: c for c, slot in reversed(list(enumerate(slots)))}
+        unique.append([first_context[slot] for slot in range(len(seen))])
+        slot_of.append(slots)
+
+    device = _device(model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    length = max(len(ids) for ids in completions)
+    distance = torch.zeros(len(prompts), num_rewards, length, device=device)
+    mask = torch.zeros(len(prompts), length, device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            hidden = _replay_hidden(model, pad_id, contexts, completions, unique, batch_size)
+            for row, states in enumerate(hidden):
+                size = len(completions[row])
+                mask[row, :size] = 1
+                reference = slot_of[row][0]
+                others = [k for k in range(num_rewards) if slot_of[row][k + 1] != reference]
+                if not others:
+                    continue
+                other_slots = [slot_of[row][k + 1] for k in others]
+                for start in range(0, size, chunk_size):
+                    stop = min(start + chunk_size, size)
+                    log_probs = torch.log_softmax(_logits(model, states[:, start:stop]), dim=-1)
+                    distance[row, others, start:stop] = _js_from_log_probs(
+                        log_probs[reference].unsqueeze(0), log_probs[other_slots]
+                    )
+    finally:
+        model.train(was_training)
+    return distance, mask
+
+
+def naive_replay_distances(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str | Sequence[Mapping[str, Any]]],
+    completion_ids: Sequence[Sequence[int] | Tensor],
+    infos: Sequence[Sequence[str]],
+    mode: str = "leave_one_out",
+    batch_size: int = 1,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The straightforward replay, as a reference: same contract as ``replay_distances``.
+
+    Every full context (prompt + information + completion) runs from scratch through the whole
+    model (``batch_size`` right-padded sequences at a time), all ``(N, K + 1, T, V)``
+    completion logits are kept, then the JS distances are taken in one go.
+    """
+    completions, num_rewards = _check_inputs(prompts, completion_ids, infos, mode)
+    _check_positive("batch_size", batch_size)
+    device = _device(model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    length = max(len(ids) for ids in completions)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    logits = torch.zeros(len(prompts), num_rewards + 1, length, vocab, device=device)
+    mask = torch.zeros(len(prompts), length, device=device)
+    jobs = []  # (row, context, full ids, length of the context)
+    for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True)):
+        ctx = build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
+        mask[row, : len(completions[row])] = 1
+        for context in range(num_rewards + 1):
+            jobs.append(
+                (row, context, ctx.sequence(context, completions[row]), len(ctx.ids(context)))
+            )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(jobs), batch_size):
+                batch = jobs[start : start + batch_size]
+                width = max(len(job[2]) for job in batch)
+                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long, device=device)
+                attention = torch.zeros(len(batch), width, dtype=torch.long, device=device)
+                for b, (_, _, ids, _) in enumerate(batch):
+                    input_ids[b, : len(ids)] = torch.tensor(ids, device=device)
+                    attention[b, : len(ids)] = 1
+                out = model(input_ids=input_ids, attention_mask=attention).logits.float()
+                for b, (row, context, _, prompt_length) in enumerate(batch):
+                    size = len(completions[row])
+                    logits[row, context, :size] = out[
+                        b, prompt_length - 1 : prompt_length - 1 + size
+                    ]
+            distance = js_distance(logits[:, :1], logits[:, 1:]) * mask.unsqueeze(1)
+    finally:
+        model.train(was_training)
+    return distance, mask
