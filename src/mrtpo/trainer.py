@@ -286,6 +286,7 @@ class MRTPOTrainer(GRPOTrainer):
                     self._batch["completion_ids"],
                     infos,
                     mode=self.args.replay_mode,
+                    chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
                     **options,
                 )
             if distance.is_cuda:

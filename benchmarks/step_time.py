@@ -1,0 +1,228 @@
+"""Benchmark: one MRTPO training step against one GDPO training step, side by side.
+
+The same step for both estimators: the embedded model, the bundled SQL task (K = 3 verifiers),
+8 prompts x 4 completions, 128 new tokens; generation, verification, (MRTPO: replay), loss,
+backward and optimizer step. The two trainers alternate step by step in one process, each step
+starting from the same seed so that both sample the same way; we report the median step time of
+each, their ratio (target: MRTPO at most 1.3x GDPO), the replay's seconds and the peak memory
+of a step (CUDA: peak allocated; CPU: peak resident memory above the step's start).
+
+    .venv/bin/python benchmarks/step_time.py            # the full setting
+    .venv/bin/python benchmarks/step_time.py --quick    # 2 prompts x 4, 32 tokens, 3 steps
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import torch
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="name, local folder or 'tiny'"
+    )
+    parser.add_argument("--task", default="sql")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--generations", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per estimator")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per estimator first")
+    parser.add_argument("--quick", action="store_true", help="2 prompts x 4, 32 tokens, 3 steps")
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    args = parser.parse_args()
+    if args.quick:
+        args.prompts, args.max_new_tokens, args.steps = 2, 32, 3
+    for name in ("prompts", "generations", "max_new_tokens", "steps"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+class PeakMemory:
+    """Peak memory of a block: CUDA peak allocated bytes, or on CPU the peak resident set size
+    above the block's start (sampled every 2 ms from /proc/self/statm)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.peak = 0
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as file:
+            return int(file.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._rss() - self._start)
+            time.sleep(0.002)
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            self._start = self._rss()
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            self._thread.join()
+
+
+def build_trainer(estimator: str, args: argparse.Namespace, output_dir: str):
+    """An MRTPOTrainer ready to step by hand (optimizer and scheduler created)."""
+    from mrtpo import tasks
+    from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
+
+    if args.model == "tiny":
+        from mrtpo.testing import tiny_model_and_tokenizer
+
+        model, tokenizer = tiny_model_and_tokenizer()
+    else:
+        from mrtpo.models import load_model
+
+        model, tokenizer = load_model(args.model)
+    task = tasks.get(args.task)
+    config = MRTPOConfig(
+        output_dir=output_dir,
+        advantage_estimator=estimator,
+        mrtpo_warmup_steps=0,  # the full beta from the first step (the cost does not depend on it)
+        per_device_train_batch_size=args.prompts * args.generations,
+        num_generations=args.generations,
+        max_completion_length=args.max_new_tokens,
+        max_steps=args.warmup + args.steps,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = MRTPOTrainer(
+        model=model,
+        reward_funcs=task.verifiers(),
+        args=config,
+        train_dataset=task.load("train"),
+        processing_class=tokenizer,
+    )
+    trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which we step by hand
+    trainer.model.train()
+    return trainer
+
+
+def one_step(trainer, batch: list[dict], seed: int) -> dict[str, float]:
+    """Generate, score, (replay), loss, backward, optimizer step; seconds and peak memory."""
+    torch.manual_seed(seed)  # both estimators sample the same way at the same step
+    trainer._metrics["train"].clear()
+    device = trainer.accelerator.device
+    with PeakMemory(device) as memory:
+        started = time.perf_counter()
+        trainer.training_step(trainer.model, batch, None)
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - started
+    trainer.state.global_step += 1
+    metrics = trainer._metrics["train"]
+    replay = metrics.get("mrtpo/replay_seconds")
+    return {
+        "seconds": seconds,
+        "replay_seconds": replay[-1] if replay else 0.0,
+        "peak_mb": memory.peak / 2**20,
+        "mean_length": metrics["completions/mean_length"][-1],
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    warnings.filterwarnings("ignore")
+    estimators = ("gdpo", "mrtpo")
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in estimators}
+    with TemporaryDirectory() as scratch:
+        trainers = {
+            name: build_trainer(name, args, os.path.join(scratch, name)) for name in estimators
+        }
+        batches = {name: iter(trainers[name].get_train_dataloader()) for name in estimators}
+        for step in range(args.warmup + args.steps):
+            # Alternate which estimator goes first, so that neither always runs on a warmer machine.
+            order = estimators if step % 2 == 0 else estimators[::-1]
+            for name in order:
+                measured = one_step(trainers[name], next(batches[name]), seed=1000 + step)
+                if step >= args.warmup:
+                    results[name].append(measured)
+                print(
+                    f"step {step} {name}: {measured['seconds']:.2f} s "
+                    f"(replay {measured['replay_seconds']:.2f} s, peak {measured['peak_mb']:.0f} MB, "
+                    f"mean length {measured['mean_length']:.0f})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    device = (
+        "CUDA " + torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"CPU ({os.cpu_count()} cores)"
+    )
+    summary = {}
+    for name in estimators:
+        runs = results[name]
+        summary[name] = {
+            "median_seconds": statistics.median(r["seconds"] for r in runs),
+            "median_replay_seconds": statistics.median(r["replay_seconds"] for r in runs),
+            "peak_mb": max(r["peak_mb"] for r in runs),
+            "mean_length": statistics.mean(r["mean_length"] for r in runs),
+        }
+    ratio = summary["mrtpo"]["median_seconds"] / summary["gdpo"]["median_seconds"]
+    print(
+        f"\n{args.model}, task {args.task}, {args.prompts} prompts x {args.generations} completions, "
+        f"{args.max_new_tokens} new tokens, {args.steps} timed steps each (+{args.warmup} warm-up), {device}\n"
+    )
+    print(
+        "| estimator | median step (s) | of which replay (s) | peak step memory (MB) | mean completion length |"
+    )
+    print("|---|---|---|---|---|")
+    for name in estimators:
+        s = summary[name]
+        print(
+            f"| {name} | {s['median_seconds']:.2f} | {s['median_replay_seconds']:.2f} | "
+            f"{s['peak_mb']:.0f} | {s['mean_length']:.1f} |"
+        )
+    print(f"\nMRTPO / GDPO median step time: {ratio:.2f}x (target <= 1.3x)")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": vars(args) | {"json": str(args.json)},
+                    "runs": results,
+                    "summary": summary,
+                    "ratio": ratio,
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
