@@ -77,9 +77,9 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
         )
         return output
 
-    def _replay(self, completion_width):
+    def _replay(self, completion_width, rows=None):
         self.replays += 1
-        return super()._replay(completion_width)
+        return super()._replay(completion_width, rows)
 
 
 class RecordingGRPO(Recorder, GRPOTrainer):
@@ -407,7 +407,8 @@ def test_resume_continues_steps_optimizer_and_scheduler(tmp_path):
 # ---------------------------------------------------------------------- credit maps
 
 
-def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch):
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch, estimator):
     credit = pytest.importorskip("mrtpo.credit")
     received = []
     original = credit.write_training_maps
@@ -417,24 +418,38 @@ def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch)
         return original(output_dir, step, records)
 
     monkeypatch.setattr(credit, "write_training_maps", recording)
-    trainer = train_mrtpo(tmp_path, credit_map_steps=1, mrtpo_warmup_steps=0)
+    trainer = train_mrtpo(
+        tmp_path, credit_map_steps=1, mrtpo_warmup_steps=0, advantage_estimator=estimator
+    )
 
+    # MRTPO replays every row; the baselines replay only the two rows they show.
+    assert trainer.replays == 2
     assert [step for step, _ in received] == [0, 1]
     for _, records in received:
         assert [r["label"] for r in records] == ["lowest", "highest"]
         assert records[0]["total_reward"] <= records[1]["total_reward"]
         for record in records:
             length = len(record["completion_ids"])
-            assert record["distance"].shape == record["weights"].shape == (3, length)
+            assert record["distance"].shape == (3, length)
+            assert 0 < record["distance"].max() <= 1
             assert record["token_advantages"].shape == (length,)
             assert record["names"] == ["contains_letter", "even_length", "starts_with_space"]
             assert [v.score for v in record["verdicts"]] == [
                 None if torch.isnan(torch.tensor(r)) else r for r in record["rewards"]
             ]
-            torch.testing.assert_close(record["weights"].mean(-1), torch.ones(3), rtol=0, atol=1e-5)
-            assert record["token_advantages"].mean().item() == pytest.approx(
-                record["gdpo_advantage"], abs=1e-5
-            )
+            if estimator == "mrtpo":
+                assert record["weights"].shape == (3, length)
+                torch.testing.assert_close(
+                    record["weights"].mean(-1), torch.ones(3), rtol=0, atol=1e-5
+                )
+            else:  # uniform: every token gets the response's advantage
+                assert record["weights"] is None
+                assert torch.all(record["token_advantages"] == record["token_advantages"][0])
+            if estimator != "grpo":
+                assert record["reward_advantages"].shape == (3,)
+                assert record["token_advantages"].mean().item() == pytest.approx(
+                    record["gdpo_advantage"], abs=1e-5
+                )
     credit_dir = Path(trainer.args.output_dir) / "credit"
     assert (credit_dir / "step-00000.html").exists() and (credit_dir / "index.html").exists()
 

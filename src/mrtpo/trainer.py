@@ -248,21 +248,30 @@ class MRTPOTrainer(GRPOTrainer):
         else:
             scalar = advantages.gdpo(rewards, group_size, weights, eps=EPS)
         output["advantages"] = scalar[local].to(output["advantages"].device)
+        if mode != "train":  # evaluation's loss needs no per-token credit: no replay
+            return output
 
-        # Replay only in training: evaluation's loss needs no per-token credit.
-        if estimator == "mrtpo" and mode == "train":
+        replay = None
+        if estimator == "mrtpo":
             per_token, replay = self._mrtpo_advantages(output, rewards, group_size, local, weights)
             output["advantages"] = per_token
             self._log_replay(mode, replay)
-            self._maybe_write_credit_maps(output, rewards, group_size, local, weights, replay)
+        if self._credit_maps_due():
+            self._write_credit_maps(output, rewards, group_size, local, weights, replay)
         return output
 
-    def _replay(self, completion_width: int) -> dict[str, Any]:
-        """Replay this process's rows with the current policy: distances (B, K, T), mask (B, T)."""
-        # Imported here: the replay engine is only needed for MRTPO.
+    def _replay(self, completion_width: int, rows: list[int] | None = None) -> dict[str, Any]:
+        """Replay this process's rows (or only `rows`, local indices) with the current policy.
+
+        Returns distance (R, K, T) and mask (R, T) on the accelerator's device, T =
+        `completion_width`, plus the replayed rows' verdicts, the row indices and the seconds.
+        """
+        # Imported here: the replay engine is only needed when something is replayed.
         from mrtpo.relevance import replay_distances
 
+        rows = list(range(len(self._batch["prompts"]))) if rows is None else rows
         verdicts = self._local_verdicts()
+        verdicts = [verdicts[i] for i in rows]
         infos = [[verdict.info for verdict in row] for row in verdicts]
         options = {}
         if self.args.replay_chunk_size is not None:
@@ -282,8 +291,8 @@ class MRTPOTrainer(GRPOTrainer):
                 distance, mask = replay_distances(
                     model,
                     self.processing_class,
-                    self._batch["prompts"],
-                    self._batch["completion_ids"],
+                    [self._batch["prompts"][i] for i in rows],
+                    [self._batch["completion_ids"][i] for i in rows],
                     infos,
                     mode=self.args.replay_mode,
                     chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
@@ -299,7 +308,11 @@ class MRTPOTrainer(GRPOTrainer):
             "distance": _fit_width(distance.float(), completion_width).to(device),
             "mask": _fit_width(mask.float(), completion_width).to(device),
             "verdicts": verdicts,
+            "rows": rows,
             "seconds": seconds,
+            "beta": advantages.beta_at(
+                self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
+            ),
         }
 
     def _mrtpo_advantages(
@@ -313,10 +326,7 @@ class MRTPOTrainer(GRPOTrainer):
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
         width = output["completion_ids"].shape[1]
         replay = self._replay(width)
-        beta = advantages.beta_at(
-            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
-        )
-        replay["beta"] = beta
+        beta = replay["beta"]
 
         # `mrtpo()` takes the whole batch's rewards (group and batch statistics) and distances
         # for every row. Only this process's rows are replayed: the other rows get zero distance
@@ -374,30 +384,42 @@ class MRTPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ credit maps
 
-    def _maybe_write_credit_maps(
+    def _credit_maps_due(self) -> bool:
+        """Every `credit_map_steps` optimizer steps (from step 0), when `mrtpo.credit` offers
+        `write_training_maps`. The same answer on every process."""
+        steps, step = self.args.credit_map_steps, self.state.global_step
+        if steps == 0:
+            return False
+        if self._last_credit_step is not None and step - self._last_credit_step < steps:
+            return False
+        return _training_maps_writer() is not None
+
+    def _write_credit_maps(
         self,
         output: dict[str, Any],
         rewards: torch.Tensor,
         group_size: int,
         local: slice,
         weights: torch.Tensor,
-        replay: dict[str, Any],
+        replay: dict[str, Any] | None,
     ) -> None:
-        steps = self.args.credit_map_steps
-        step = self.state.global_step
-        if steps == 0 or not self.accelerator.is_main_process:
+        """Maps of the lowest- and highest-total-reward rows of the main process's share.
+
+        GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
+        their uniform assignment); every process replays its own pick, so that a model sharded
+        across processes runs the same forward passes everywhere; the main process writes.
+        """
+        self._last_credit_step = self.state.global_step
+        local_rewards = rewards[local]
+        total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
+        order = torch.argsort(total, stable=True).tolist()
+        chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
+        if replay is None:
+            replay = self._replay(output["completion_ids"].shape[1], rows=chosen)
+        if not self.accelerator.is_main_process:
             return
-        if self._last_credit_step is not None and step - self._last_credit_step < steps:
-            return
-        try:
-            credit = importlib.import_module("mrtpo.credit")
-        except ImportError:
-            return
-        if not hasattr(credit, "write_training_maps"):
-            return
-        self._last_credit_step = step
-        records = self._credit_records(output, rewards, group_size, local, weights, replay)
-        credit.write_training_maps(self.args.output_dir, step, records)
+        records = self._credit_records(output, rewards, group_size, local, weights, replay, chosen)
+        _training_maps_writer()(self.args.output_dir, self.state.global_step, records)
 
     def _credit_records(
         self,
@@ -407,39 +429,53 @@ class MRTPOTrainer(GRPOTrainer):
         local: slice,
         weights: torch.Tensor,
         replay: dict[str, Any],
+        chosen: list[int],
     ) -> list[dict[str, Any]]:
-        """The lowest- and highest-total-reward rows of this process, in the record format of
-        `mrtpo.credit.write_training_maps` (arrays cut to the response's own length)."""
+        """One record per chosen row (local index) in the format of
+        `mrtpo.credit.write_training_maps`, arrays cut to the response's own length.
+
+        MRTPO: its weights and per-token advantages. GDPO/GRPO: no weights (uniform) and the
+        response's scalar advantage on every token; GRPO has no per-reward advantages.
+        """
+        estimator = self.args.advantage_estimator
         local_rewards = rewards[local]
         total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
-        order = torch.argsort(total, stable=True).tolist()
-        chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
         token_weight = advantages.token_weights(replay["distance"], replay["mask"], replay["beta"])
         reward_advantage = torch.nan_to_num(
             advantages.per_reward(rewards, group_size, eps=EPS)[local]
         )
         gdpo = advantages.gdpo(rewards, group_size, weights, eps=EPS)[local]
+        position = {row: j for j, row in enumerate(replay["rows"])}
         records = []
         for rank, i in enumerate(chosen):
             label = "lowest" if rank < CREDIT_ROWS_PER_END and len(chosen) > 1 else "highest"
             length = len(self._batch["completion_ids"][i])
+            j = position[i]
+            if estimator == "mrtpo":
+                token_advantages = output["advantages"][i, :length]
+            else:
+                token_advantages = output["advantages"][i].expand(length)
             records.append(
                 {
-                    "title": f"{label} total reward ({total[i].item():.3g}), step {self.state.global_step}",
+                    "title": f"{label} total reward ({total[i].item():.3g}), "
+                    f"step {self.state.global_step}, {estimator}",
                     "prompt": self._batch["prompts"][i],
                     "completion_ids": list(self._batch["completion_ids"][i]),
                     "tokenizer": self.processing_class,
                     "text": completion_text(self._batch["completions"][i]),
                     "names": list(self.reward_func_names),
-                    "distance": replay["distance"][i, :, :length].cpu(),  # [K, T]
-                    "weights": token_weight[i, :, :length].cpu(),  # [K, T]
-                    "reward_advantages": reward_advantage[i].cpu(),  # [K] Ã_k (c_k apart)
+                    "distance": replay["distance"][j, :, :length].cpu(),  # [K, T]
+                    # [K, T] MRTPO's weights; None (uniform) for GDPO and GRPO
+                    "weights": token_weight[j, :, :length].cpu() if estimator == "mrtpo" else None,
+                    # [K] Ã_k, c_k apart; GRPO sums rewards before normalizing: none
+                    "reward_advantages": reward_advantage[i].cpu() if estimator != "grpo" else None,
                     "reward_weights": weights.cpu(),  # [K] c_k
-                    "token_advantages": output["advantages"][i, :length].cpu(),  # [T] A_t
-                    "gdpo_advantage": gdpo[i].item(),
-                    "verdicts": replay["verdicts"][i],  # [K] Verdict
+                    "token_advantages": token_advantages.cpu(),  # [T] A_t, as the loss gets it
+                    "gdpo_advantage": gdpo[i].item() if estimator != "grpo" else None,
+                    "verdicts": replay["verdicts"][j],  # [K] Verdict
                     # Not read by the renderer; kept for whoever inspects the records.
                     "label": label,
+                    "estimator": estimator,
                     "step": self.state.global_step,
                     "rewards": local_rewards[i].tolist(),
                     "total_reward": total[i].item(),
@@ -447,6 +483,15 @@ class MRTPOTrainer(GRPOTrainer):
                 }
             )
         return records
+
+
+def _training_maps_writer() -> Any:
+    """`mrtpo.credit.write_training_maps`, or None when that module or function is absent."""
+    try:
+        credit = importlib.import_module("mrtpo.credit")
+    except ImportError:
+        return None
+    return getattr(credit, "write_training_maps", None)
 
 
 # ---------------------------------------------------------------------- helpers
