@@ -227,6 +227,10 @@ def test_chunked_replay_equals_naive_reference(tiny, sharp, rows, mode):
             model, tokenizer, prompts, completions, infos, mode=mode
         )
         assert reference.max() > 1e-3  # the comparison is not between zeros
+        padded, _ = naive_replay_distances(
+            model, tokenizer, prompts, completions, infos, mode=mode, batch_size=7
+        )
+        torch.testing.assert_close(padded, reference, atol=1e-5, rtol=0)
         for chunk_size, batch_size in [(1, 3), (4096, 64)]:
             distance, mask = replay_distances(
                 model,

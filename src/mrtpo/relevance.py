@@ -44,27 +44,24 @@ _MARKER = "\u2063MRTPO-INFO\u2063"  # an invisible separator that no template or
 def _js_from_log_probs(log_p: Tensor, log_q: Tensor, dim: int = -1) -> Tensor:
     """Base-2 JS distance between two distributions given as log-probabilities.
 
-    Written per vocabulary entry as ``(p + q) / 4 * f(x)`` with ``x = (log q - log p) / 2`` and
-    ``f(x) = 2x tanh(x) - 2 log cosh(x) >= 0`` (the entry's share of 2 JSD, in nats). The
-    textbook ``p log(p / m)`` sums terms of both signs whose rounding (~1e-7 of log m) survives
-    the cancellation and is then magnified by the square root near 0 (errors ~1e-4 on close
-    distributions); here every term is >= 0 and accurate to its own relative precision.
+    Per vocabulary entry, with ``B = max(p, q)``, ``delta = -|log q - log p|`` and
+    ``r = exp(delta) = min(p, q) / B``, the entry's share of ``2 JSD`` (nats) is
+    ``B * (r delta - (1 + r) log((1 + r) / 2))`` >= 0, computed from ``expm1(delta)``. The
+    textbook ``p log(p / m)`` sums terms of both signs whose rounding (~1e-6 of log-probs near
+    -11) survives the cancellation and is magnified by the square root near 0 (errors ~1e-4
+    on close distributions); here each term's error is proportional to its own ``delta``.
+    Two transcendental functions per entry and pair (the replay's hot loop).
     """
-    p, q = log_p.exp(), log_q.exp()
-    half_gap = 0.5 * (log_q - log_p)  # NaN where both are -inf (p = q = 0: no contribution)
-    size = half_gap.abs()
-    near = size < 1.0
-    # |x| < 1: f = 2x tanh x + log(1 - tanh^2 x), no cancellation against a constant.
-    x = torch.where(near, half_gap, 0.0)
-    u = torch.tanh(x)
-    f_near = 2.0 * x * u + torch.log1p(-u * u)
-    # |x| >= 1 (and +-inf): with e = exp(-2|x|), f = 2 ln 2 - 2 log(1 + e) - 4|x| e / (1 + e).
-    e = torch.exp(-2.0 * torch.where(near, 1.0, size))
-    f_far = 2.0 * _LN2 - 2.0 * torch.log1p(e) - torch.where(e > 0, 4.0 * size * e / (1.0 + e), 0.0)
-    weight = p + q
-    terms = torch.where(weight > 0, weight * torch.where(near, f_near, f_far), 0.0)
-    divergence = (terms.sum(dim) / (4.0 * _LN2)).clamp(0.0, 1.0)  # JSD in bits
-    return divergence.sqrt()
+    larger = torch.maximum(log_p.exp(), log_q.exp())
+    delta = (log_q - log_p).abs_().neg_()
+    # Both -inf: NaN, where larger = 0 anyway. Clamped so that exp(delta) * delta stays finite.
+    delta = torch.nan_to_num_(delta, nan=0.0).clamp_(min=-100.0)
+    r_minus_1 = torch.expm1(delta)
+    terms = (r_minus_1 + 1.0).mul_(delta)
+    log_half_sum = torch.log1p(r_minus_1 * 0.5)  # log((1 + r) / 2)
+    terms.sub_(r_minus_1.add_(2.0).mul_(log_half_sum))
+    divergence = terms.mul_(larger).sum(dim) / (2.0 * _LN2)  # JSD in bits
+    return divergence.clamp_(0.0, 1.0).sqrt_()  # rounding can dip below 0
 
 
 def js_distance(logits_p: Tensor, logits_q: Tensor, dim: int = -1) -> Tensor:
@@ -456,8 +453,9 @@ def naive_replay_distances(
     """The straightforward replay, as a reference: same contract as ``replay_distances``.
 
     Every full context (prompt + information + completion) runs from scratch through the whole
-    model (``batch_size`` right-padded sequences at a time), all ``(N, K + 1, T, V)``
-    completion logits are kept, then the JS distances are taken in one go.
+    model, ``batch_size`` left-padded sequences at a time, computing logits at the completion
+    positions only; all ``(N, K + 1, T, V)`` completion logits are kept, then the JS distances
+    are taken row by row.
     """
     completions, num_rewards = _check_inputs(prompts, completion_ids, infos, mode)
     _check_positive("batch_size", batch_size)
@@ -467,33 +465,39 @@ def naive_replay_distances(
     vocab = model.get_output_embeddings().weight.shape[0]
     logits = torch.zeros(len(prompts), num_rewards + 1, length, vocab, device=device)
     mask = torch.zeros(len(prompts), length, device=device)
-    jobs = []  # (row, context, full ids, length of the context)
+    jobs = []  # (row, context, ids: the context then the completion but its last token)
     for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True)):
         ctx = build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
         mask[row, : len(completions[row])] = 1
         for context in range(num_rewards + 1):
-            jobs.append(
-                (row, context, ctx.sequence(context, completions[row]), len(ctx.ids(context)))
-            )
+            jobs.append((row, context, ctx.sequence(context, completions[row])[:-1]))
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             for start in range(0, len(jobs), batch_size):
                 batch = jobs[start : start + batch_size]
-                width = max(len(job[2]) for job in batch)
+                width = max(len(ids) for _, _, ids in batch)
+                keep = max(len(completions[row]) for row, _, _ in batch)
                 input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long, device=device)
                 attention = torch.zeros(len(batch), width, dtype=torch.long, device=device)
-                for b, (_, _, ids, _) in enumerate(batch):
-                    input_ids[b, : len(ids)] = torch.tensor(ids, device=device)
-                    attention[b, : len(ids)] = 1
-                out = model(input_ids=input_ids, attention_mask=attention).logits.float()
-                for b, (row, context, _, prompt_length) in enumerate(batch):
+                for b, (_, _, ids) in enumerate(batch):
+                    input_ids[b, width - len(ids) :] = torch.tensor(ids, device=device)
+                    attention[b, width - len(ids) :] = 1
+                positions = (attention.cumsum(-1) - 1).clamp(min=0)
+                # The last `keep` positions predict the completion tokens (left padding).
+                out = model(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    position_ids=positions,
+                    logits_to_keep=keep,
+                ).logits.float()
+                for b, (row, context, _) in enumerate(batch):
                     size = len(completions[row])
-                    logits[row, context, :size] = out[
-                        b, prompt_length - 1 : prompt_length - 1 + size
-                    ]
-            distance = js_distance(logits[:, :1], logits[:, 1:]) * mask.unsqueeze(1)
+                    logits[row, context, :size] = out[b, keep - size :]
+            # One row at a time: the (N, K + 1, T, V) logits are the naive part, not the JS.
+            distance = torch.stack([js_distance(row[:1], row[1:]) for row in logits])
+            distance = distance * mask.unsqueeze(1)
     finally:
         model.train(was_training)
     return distance, mask
