@@ -234,10 +234,17 @@ def test_character_parts_need_a_closing_tag():
     assert parts[text.index("</call>")] == "tags"
 
 
-def test_concentration_png(tmp_path):
+def test_concentration_png_and_prose_without_parts(tmp_path):
     credit_map = hand_map(TOKENS, [[0.1, 0.4, 0.2, 0.1, 0.2]], [Verdict(1.0, "")])
     path = concentration_png(concentration([credit_map]), tmp_path / "c.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    prose = concentration(
+        [hand_map(["No", " tags", " here"], [[0.2, 0.5, 0.3]], [Verdict(1.0, "")])]
+    )
+    assert prose["all"]["parts"]["other"] == pytest.approx(100.0)
+    assert "| tags |" not in concentration_markdown(prose)
+    assert "Every token is in one part of the response (other)" in concentration_markdown(prose)
+    assert concentration_png(prose, tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # --------------------------------------------------------------------------- rendering

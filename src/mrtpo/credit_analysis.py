@@ -119,6 +119,10 @@ def localization_table(
     return rows
 
 
+def _markdown_text(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def _cell(value: float | None, enough: bool, digits: int) -> str:
     return "–" if value is None or not enough else f"{value:.{digits}f}"
 
@@ -130,9 +134,7 @@ def localization_markdown(rows: Sequence[dict[str, Any]]) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        name = (
-            f"**all {row['outcome']}**" if row["type"] == "all" else row["type"].replace("|", "\\|")
-        )
+        name = f"**all {row['outcome']}**" if row["type"] == "all" else _markdown_text(row["type"])
         outcome = "" if row["type"] == "all" else row["outcome"]
         lines.append(
             f"| {name} | {outcome} | {_cell(row['dist'], row['enough'], 1)} | {_cell(row['tok'], row['enough'], 1)} "
@@ -260,40 +262,47 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
+def present_parts(result: dict[str, Any]) -> list[str]:
+    """The parts that hold any token of the responses (a prose task has only "other")."""
+    uniform = result["all"]["parts_uniform"]
+    return [part for part in PARTS if (uniform[part] or 0.0) > 0]
+
+
 def concentration_markdown(result: dict[str, Any]) -> str:
-    """Two Markdown tables: top-token shares and part shares, "uniform" rows beside them."""
+    """Two Markdown tables: top-token shares and part shares, "uniform" rows beside them.
+    The parts table is left out when every token is in one part (no tags)."""
     keys = [_fraction_key(f) for f in result["fractions"]]
     entries = [*result["rewards"].items(), ("all rewards", result["all"])]
+
+    def table(columns: list[str], field: str, uniform_field: str, uniform_label: str) -> list[str]:
+        lines = [
+            "| Reward | n | " + " | ".join(columns) + " |",
+            "|---|---:|" + "---:|" * len(columns),
+        ]
+        for name, entry in entries:
+            cells = " | ".join(_percent(entry[field][c]) for c in columns)
+            lines.append(f"| {_markdown_text(name)} | {entry['n']} | {cells} |")
+        uniform = " | ".join(_percent(result["all"][uniform_field][c]) for c in columns)
+        return [*lines, f"| *{uniform_label}* | | {uniform} |"]
+
     lines = ["Share of each reward's replay distance (%) held by the top tokens of a response.", ""]
-    lines.append("| Reward | n | " + " | ".join(keys) + " |")
-    lines.append("|---|---:|" + "---:|" * len(keys))
-    for name, entry in entries:
+    lines += table(keys, "top", "top_uniform", "uniform (GDPO)")
+    parts = present_parts(result)
+    lines.append("")
+    if len(parts) > 1:
+        lines += ["Share of each reward's replay distance (%) on each part of the response.", ""]
+        lines += table(parts, "parts", "parts_uniform", "uniform (token share)")
+    else:
         lines.append(
-            f"| {name} | {entry['n']} | "
-            + " | ".join(_percent(entry["top"][k]) for k in keys)
-            + " |"
+            f"Every token is in one part of the response ({', '.join(parts) or 'none'}): no part shares."
         )
-    uniform = result["all"]["top_uniform"]
-    lines.append("| *uniform (GDPO)* | | " + " | ".join(_percent(uniform[k]) for k in keys) + " |")
-    lines += ["", "Share of each reward's replay distance (%) on each part of the response.", ""]
-    lines.append("| Reward | n | " + " | ".join(PARTS) + " |")
-    lines.append("|---|---:|" + "---:|" * len(PARTS))
-    for name, entry in entries:
-        lines.append(
-            f"| {name} | {entry['n']} | "
-            + " | ".join(_percent(entry["parts"][p]) for p in PARTS)
-            + " |"
-        )
-    uniform = result["all"]["parts_uniform"]
-    lines.append(
-        "| *uniform (token share)* | | " + " | ".join(_percent(uniform[p]) for p in PARTS) + " |"
-    )
     return "\n".join(lines) + "\n"
 
 
 def concentration_png(result: dict[str, Any], path: str | Path, max_rewards: int = 6) -> Path:
-    """Bar chart: (a) top-token shares, (b) part shares; each reward (the `max_rewards` most
-    frequent, plus all rewards pooled) beside the uniform assignment in gray."""
+    """Bar chart: (a) top-token shares, (b) part shares (when the responses have parts); each
+    reward (the `max_rewards` most frequent, plus all rewards pooled) beside the uniform
+    assignment in gray."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -301,17 +310,23 @@ def concentration_png(result: dict[str, Any], path: str | Path, max_rewards: int
 
     rewards = sorted(result["rewards"].items(), key=lambda item: -item[1]["n"])[:max_rewards]
     series = [(name, entry) for name, entry in rewards] + [("all rewards", result["all"])]
-    keys = [_fraction_key(f) for f in result["fractions"]]
-    figure, (top_axes, part_axes) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for axes, groups, field, uniform_field, title in (
-        (top_axes, keys, "top", "top_uniform", "(a) share held by the top tokens"),
+    panels = [
         (
-            part_axes,
-            list(PARTS),
-            "parts",
-            "parts_uniform",
-            "(b) share on each part of the response",
-        ),
+            [_fraction_key(f) for f in result["fractions"]],
+            "top",
+            "top_uniform",
+            "share held by the top tokens",
+        )
+    ]
+    parts = present_parts(result)
+    if len(parts) > 1:
+        panels.append((parts, "parts", "parts_uniform", "share on each part of the response"))
+    columns = 2 if len(panels) == 1 else 3  # legend columns
+    figure, axes_list = plt.subplots(
+        1, len(panels), figsize=(5.5 * len(panels) + 3.0, 4.2), squeeze=False
+    )
+    for number, (axes, (groups, field, uniform_field, title)) in enumerate(
+        zip(axes_list[0], panels, strict=True)
     ):
         width = 0.8 / (len(series) + 1)
         positions = np.arange(len(groups))
@@ -325,9 +340,10 @@ def concentration_png(result: dict[str, Any], path: str | Path, max_rewards: int
         axes.set_xticks(positions + width * len(series) / 2, groups)
         axes.set_ylabel("% of the reward's replay distance")
         axes.set_ylim(0, 100)
-        axes.set_title(title, fontsize=10)
-    part_axes.legend(fontsize=7, loc="upper right")
-    figure.tight_layout()
+        axes.set_title(f"({'ab'[number]}) {title}", fontsize=10)
+    handles, labels = axes_list[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, fontsize=7, loc="lower center", ncol=columns, frameon=False)
+    figure.tight_layout(rect=(0, 0.05 + 0.035 * math.ceil(len(labels) / columns), 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=150)
