@@ -127,8 +127,8 @@ def main(argv: list[str]) -> int:
     aggregation = (
         "Dist.: % of a reward's replay distance on the tokens its checker read; Tok.: those tokens' "
         "% of the response; both averaged over instances, Ratio = Dist. / Tok. (1 = uniform). "
-        "'–': fewer than 5 instances. Instances without spans, with spans covering every token, or "
-        "with zero distance are excluded (counted in the JSON).\n\n"
+        "'–': fewer than 5 instances. Left out (column excl.): instances without spans, with "
+        "spans covering the whole text (the checker read everything) or with zero distance.\n\n"
     )
     (out / "localization.md").write_text(
         "# Localization (Table 4)\n\n" + heading + aggregation + localization_markdown(table),
