@@ -376,3 +376,45 @@ def test_demo_cold_start_is_the_recipes_budget():
 
     recipe = yaml.safe_load((ROOT / "recipes" / "tool_calling.yaml").read_text())
     assert {key: recipe[f"sft_{key}"] for key in COLD_START} == COLD_START
+
+
+# ----------------------------------------------------------------------------- bundled tasks
+
+
+@pytest.mark.parametrize("task_name", ["sql", "tool_calling", "instructions"])
+def test_eval_on_bundled_task(task_name, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / task_name
+    code, stdout, _ = run_cli(
+        ["eval", "--task", task_name, "--model_name_or_path", str(tiny_model_dir), "--max_examples", "2",
+         "--max_new_tokens", "4", "--output_dir", str(out)],
+        capsys,
+    )  # fmt: skip
+    assert code == 0
+    task = tasks.get(task_name)
+    report = json.loads((out / "eval.json").read_text())
+    names = [verifier.name for verifier in task.verifiers()]
+    assert list(report["verifiers"]) == names
+    assert task.headline_name in report["headline"]
+    assert all(list(e["verdicts"]) == names for e in report["examples"])
+    assert report["examples"][0]["prompt"] == task.load("test")[0]["prompt"]
+    assert task.headline_name in stdout
+
+
+def test_train_mrtpo_two_steps_on_tool_calling(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "tools"
+    code, stdout, _ = run_cli(
+        ["train", "--task", "tool_calling", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
+         "--max_steps", "2", "--max_completion_length", "6", "--num_generations", "2",
+         "--per_device_train_batch_size", "4", "--max_train_examples", "8", "--mrtpo_warmup_steps", "0"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["mrtpo/beta"] == 0.5 for r in steps)  # no warm-up: full beta from step 1
+    assert all(
+        "rewards/tool_format/mean" in r and "rewards/tool_correctness/mean" in r for r in steps
+    )
+    summaries = [line for line in stdout.splitlines() if line.startswith("step ")]
+    assert len(summaries) == 2 and "beta 0.50" in summaries[0] and "replay" in summaries[0]

@@ -101,12 +101,16 @@ def test_dataset_is_prompt_completion_from_references(capitals):
     assert len(sft.cold_start_dataset(capitals, max_examples=2)) == 2
 
 
+@pytest.mark.parametrize("task_name", ["capitals", "tool_calling", "sql"])
 def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
-    capitals, tiny, tiny_model_dir, tmp_path
+    task_name, capitals, tiny, tiny_model_dir, tmp_path
 ):
+    """SFT trains on exactly the prompt tokens `mrtpo train` generates from (same chat template,
+    system prompt and tools rendering), and only on the completion."""
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
-    trainer = sft_trainer("capitals", tiny_model_dir, tmp_path / "sft")
+    task = tasks.get(task_name)
+    trainer = sft_trainer(task_name, tiny_model_dir, tmp_path / "sft", "--max_train_examples", "6")
     tokenizer = trainer.processing_class
     rows = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
     batch = trainer.data_collator(rows)
@@ -115,7 +119,7 @@ def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
     model, _ = tiny
     grpo = MRTPOTrainer(
         model=model,
-        reward_funcs=capitals.verifiers(),
+        reward_funcs=task.verifiers(),
         args=MRTPOConfig(
             output_dir=str(tmp_path / "grpo"),
             num_generations=2,
@@ -124,10 +128,10 @@ def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
             activation_checkpointing=False,
             report_to="none",
         ),
-        train_dataset=capitals.load("train"),
+        train_dataset=task.load("train"),
         processing_class=tokenizer,
     )
-    dataset = sft.cold_start_dataset(capitals, seed=trainer.args.seed)
+    dataset = sft.cold_start_dataset(task, max_examples=6, seed=trainer.args.seed)
     train_prompt_ids, _, _ = grpo._tokenize_prompts(list(dataset["prompt"]))
     assert [list(ids) for ids in train_prompt_ids] == render_prompt_ids(
         tokenizer, list(dataset["prompt"])
@@ -220,3 +224,25 @@ def test_recipe_sft_keys_set_the_budget(capitals, tmp_path):
     assert config.completion_only_loss is True
     _, config = sft.parse_args(["--config", str(recipe), "--max_steps", "5"])
     assert config.max_steps == 5 and config.output_dir == "outputs/sft-capitals"
+
+
+def test_sft_on_bundled_tool_calling_then_eval_takes_the_folder(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "cold"
+    code = cli.main(
+        ["sft", "--task", "tool_calling", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
+         "--max_steps", "2", "--per_device_train_batch_size", "2", "--max_train_examples", "4"]
+    )  # fmt: skip
+    assert code == 0
+    assert "sft: 2 steps on 4 tool_calling demonstrations" in capsys.readouterr().out
+    code = cli.main(
+        ["eval", "--task", "tool_calling", "--model_name_or_path", str(out), "--max_examples", "2",
+         "--max_new_tokens", "3", "--output_dir", str(tmp_path / "eval")]
+    )  # fmt: skip
+    assert code == 0
+
+
+def test_instructions_has_no_cold_start(tiny_model_dir, tmp_path, capsys):
+    code = cli.main(["sft", "--task", "instructions", "--model_name_or_path", str(tiny_model_dir),
+                     "--output_dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "no reference responses" in err[0]
