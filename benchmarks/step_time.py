@@ -41,6 +41,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per estimator")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per estimator first")
     parser.add_argument("--quick", action="store_true", help="2 prompts x 4, 32 tokens, 3 steps")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args()
     if args.quick:
@@ -158,6 +159,8 @@ def one_step(trainer, batch: list[dict], seed: int) -> dict[str, float]:
 def main() -> None:
     args = parse_args()
     warnings.filterwarnings("ignore")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     estimators = ("gdpo", "mrtpo")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in estimators}
     with TemporaryDirectory() as scratch:
@@ -197,7 +200,8 @@ def main() -> None:
     ratio = summary["mrtpo"]["median_seconds"] / summary["gdpo"]["median_seconds"]
     print(
         f"\n{args.model}, task {args.task}, {args.prompts} prompts x {args.generations} completions, "
-        f"{args.max_new_tokens} new tokens, {args.steps} timed steps each (+{args.warmup} warm-up), {device}\n"
+        f"{args.max_new_tokens} new tokens, {args.steps} timed steps each (+{args.warmup} warm-up), "
+        f"{device}, {torch.get_num_threads()} torch threads\n"
     )
     print(
         "| estimator | median step (s) | of which replay (s) | peak step memory (MB) | mean completion length |"

@@ -166,6 +166,15 @@ def test_config_sets_trl_aggregation_from_the_estimator(tmp_path):
         config(advantage_estimator="grpo", multi_objective_aggregation="normalize_then_sum")
 
 
+def test_trainer_requires_an_mrtpo_config(tmp_path, tiny):
+    model, tokenizer = tiny
+    plain = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
+    with pytest.raises(ValueError, match="args must be an MRTPOConfig"):
+        MRTPOTrainer(
+            model=model, reward_funcs=toy_verifiers(), args=plain, processing_class=tokenizer
+        )
+
+
 def test_trl_parser_exposes_every_mrtpo_field():
     from trl import TrlParser
 
@@ -310,6 +319,27 @@ def test_accumulation_and_iterations_reuse_one_generation(tmp_path):
             torch.testing.assert_close(
                 seen["advantages"][i], first[tuple(seen["completion_ids"][i].tolist())]
             )
+
+
+def test_plain_reward_function_gets_uniform_credit(tmp_path):
+    # A plain TRL reward function has no verifier information: leaving it out changes no
+    # context, so its distance is 0 and its advantage is spread uniformly (as in GDPO).
+    def ends_with_letter(prompts, completions, **columns):
+        return [float(c[-1]["content"][-1:].isalpha()) for c in completions]
+
+    trainer = train_mrtpo(
+        tmp_path, reward_funcs=[ContainsLetter(), ends_with_letter], mrtpo_warmup_steps=0
+    )
+    lines = [
+        json.loads(line)
+        for line in (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
+    steps = [line for line in lines if "loss" in line]
+    assert len(steps) == 2
+    for line in steps:
+        assert line["mrtpo/distance/ends_with_letter/mean"] == 0.0
+        assert line["mrtpo/distance/contains_letter/mean"] > 0.0
+        assert line["rewards/ends_with_letter/mean"] is not None
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)

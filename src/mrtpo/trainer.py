@@ -175,12 +175,13 @@ class MRTPOTrainer(GRPOTrainer):
     def __init__(
         self, *args: Any, callbacks: list[TrainerCallback] | None = None, **kwargs: Any
     ) -> None:
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)  # GRPOTrainer's order
+        if not isinstance(config, MRTPOConfig):
+            raise ValueError(f"args must be an MRTPOConfig, got {type(config).__name__}")
         callbacks = list(callbacks or [])
         if not any(isinstance(callback, MetricsFileCallback) for callback in callbacks):
             callbacks.append(MetricsFileCallback())
         super().__init__(*args, callbacks=callbacks, **kwargs)
-        if not isinstance(self.args, MRTPOConfig):
-            raise ValueError(f"args must be an MRTPOConfig, got {type(self.args).__name__}")
         # Wrap verifiers after TRL has named the reward functions (names come from `__name__`).
         self.reward_funcs = [
             _VerdictKeeper(func) if isinstance(func, Verifier) else func
