@@ -17,6 +17,7 @@ from datasets import Dataset
 
 from mrtpo import cli, tasks
 from mrtpo.tasks.base import Task
+from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.verifiers import Verdict, Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -418,3 +419,41 @@ def test_train_mrtpo_two_steps_on_tool_calling(tiny_model_dir, tmp_path, capsys)
     )
     summaries = [line for line in stdout.splitlines() if line.startswith("step ")]
     assert len(summaries) == 2 and "beta 0.50" in summaries[0] and "replay" in summaries[0]
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def test_replay_demo_prints_every_token_with_three_distances(tiny_model_dir, capsys):
+    from mrtpo.commands import demo
+
+    code, stdout, _ = run_cli(
+        ["demo", "--replay-only", "--model_name_or_path", str(tiny_model_dir)], capsys
+    )
+    assert code == 0
+    assert "sql_format = 1.0" in stdout and "sql_executable = 1.0" in stdout
+    assert "sql_execution = 0.0" in stdout  # `>=` also returns the singer aged exactly 30
+    rows = [line for line in stdout.splitlines() if line.startswith("│")]
+    _, tokenizer = tiny_model_and_tokenizer(seed=0)
+    n_tokens = len(tokenizer(demo.RESPONSE, add_special_tokens=False)["input_ids"]) + 1  # + eos
+    assert len(rows) == n_tokens
+    distances = [[float(cell) for cell in row.split("│")[3:6]] for row in rows]
+    assert all(0.0 <= d <= 1.0 for row in distances for d in row)
+    assert any(d > 0 for row in distances for d in row)
+
+
+def test_training_demo_runs_every_step_on_tiny_model(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, _ = run_cli(
+        ["demo", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--eval_examples", "2",
+         "--max_steps", "1", "--sft_max_steps", "1"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0
+    for folder in ("eval-base", "eval-before", "eval-after"):
+        assert json.loads((out / folder / "eval.json").read_text())["num_examples"] == 2
+    assert (out / "sft" / "model.safetensors").is_file()
+    assert (out / "train" / "curves.png").is_file()
+    results = (out / "results.md").read_text()
+    assert "| tool_format |" in results and "after (MRTPO)" in results and "| total |" in results
+    assert f"reward curves: {out / 'train' / 'curves.png'}" in stdout

@@ -267,7 +267,7 @@ def replay_demo(args: argparse.Namespace) -> int:
             value = distance[k, t].item()
             style = "bold red" if value >= 0.5 * top[k].item() > 0 else ""
             cells.append(f"[{style}]{value:.3f}[/{style}]" if style else f"{value:.3f}")
-        token = tokenizer.decode([token_id]).replace("\n", "\\n")
+        token = tokenizer.decode([token_id])
         table.add_row(str(t), repr(token)[1:-1], *cells)
     console.print(table)
     means = ", ".join(
