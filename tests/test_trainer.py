@@ -378,6 +378,42 @@ def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator):
             assert 0 <= last[f"mrtpo/distance/{verifier.name}/mean"] <= 1
 
 
+def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
+    # peft is optional (not a project dependency): this runs where it is installed, e.g.
+    # PYTHONPATH=<dir with peft> .venv/bin/pytest tests/test_trainer.py -k peft
+    peft = pytest.importorskip("peft")
+    seen_models = []
+
+    class Watching(RecordingMRTPO):
+        def _replay(self, completion_width, rows=None):
+            model = self.accelerator.unwrap_model(self.model)
+            # The model the replay calls: the PEFT model, its LoRA layers switched on.
+            lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
+            seen_models.append((isinstance(model, peft.PeftModel), bool(lora_on) and all(lora_on)))
+            return super()._replay(completion_width, rows)
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(
+        output_dir=str(tmp_path), **{**COMMON, "learning_rate": 1e-2}, mrtpo_warmup_steps=0
+    )
+    trainer = Watching(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+        peft_config=peft.LoraConfig(
+            r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        ),
+    )
+    lora_b = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert seen_models == [(True, True), (True, True)]
+    trained = dict(trainer.model.named_parameters())
+    assert lora_b and all(not torch.equal(lora_b[n], trained[n]) for n in lora_b)
+    assert all(seen["advantages"].dim() == 2 for seen in trainer.seen)
+
+
 # ---------------------------------------------------------------------- resume
 
 
