@@ -112,7 +112,7 @@ def context_infos(infos: Sequence[str], mode: str = "leave_one_out") -> list[lis
     """Which pieces of information each of the K + 1 contexts appends (empty ones dropped)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    kept = [info if info else "" for info in infos]
+    kept = list(infos)
     if mode == "leave_one_out":
         full = [info for info in kept if info]
         minus = [[info for j, info in enumerate(kept) if j != k and info] for k in range(len(kept))]
@@ -309,7 +309,7 @@ def _replay_hidden(
     same prefix share one prefix pass; their contexts run in right-padded batches on top of a
     copy of its KV cache, with positions continuing after the prefix.
     """
-    body = model.base_model
+    body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
     keyword = _cache_keyword(body)
     device = _device(model)
     hidden_size = model.config.get_text_config().hidden_size
