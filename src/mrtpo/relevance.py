@@ -32,7 +32,7 @@ from torch import Tensor
 
 MODES = ("leave_one_out", "add_one")
 INFO_SEPARATOR = "\n\n"  # between the original user content and each piece of information
-DEFAULT_CHUNK_SIZE = 32  # response positions per (lm_head + log-softmax + JS) chunk
+DEFAULT_CHUNK_SIZE = 64  # response positions (all rows pooled) per lm_head + JS chunk
 DEFAULT_BATCH_SIZE = 16  # contexts per forward pass
 _LN2 = math.log(2.0)
 _MARKER = "\u2063MRTPO-INFO\u2063"  # an invisible separator that no template or prompt contains
@@ -302,10 +302,11 @@ def _replay_hidden(
     completions: list[list[int]],
     unique: list[list[int]],
     batch_size: int,
-) -> list[Tensor]:
+) -> list[Tensor | None]:
     """Last hidden states predicting each completion token, per row: Tensor[U_i, T_i, H].
 
-    U_i = the row's distinct contexts (``unique[i]``: their context indices). Rows with the
+    U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
+    reference context); None for a row with a single distinct context. Rows with the
     same prefix share one prefix pass; their contexts run in right-padded batches on top of a
     copy of its KV cache, with positions continuing after the prefix.
     """
@@ -314,13 +315,17 @@ def _replay_hidden(
     device = _device(model)
     hidden_size = model.config.get_text_config().hidden_size
     dtype = model.get_output_embeddings().weight.dtype
-    out = [
+    # A row whose contexts are all the same (no information at all) has distance 0: not run.
+    out: list[Tensor | None] = [
         torch.empty(len(unique[i]), len(completions[i]), hidden_size, dtype=dtype, device=device)
+        if len(unique[i]) > 1
+        else None
         for i in range(len(contexts))
     ]
     by_prefix: dict[tuple[int, ...], list[int]] = {}
     for row, ctx in enumerate(contexts):
-        by_prefix.setdefault(ctx.prefix, []).append(row)
+        if out[row] is not None:
+            by_prefix.setdefault(ctx.prefix, []).append(row)
 
     for prefix, rows in by_prefix.items():
         # The prefix's last token is run with each context, so that the hidden state predicting
@@ -363,6 +368,59 @@ def _replay_hidden(
     return out
 
 
+def _chunks(sizes: dict[int, int], chunk_size: int) -> list[list[tuple[int, int, int]]]:
+    """Response positions of all rows packed into chunks of at most ``chunk_size`` positions.
+
+    Each chunk is a list of (row, start, stop) pieces; a row longer than ``chunk_size`` is
+    split. Packing short rows together keeps the vocabulary projection a large matmul.
+    """
+    pieces = [
+        (row, start, min(start + chunk_size, size))
+        for row, size in sizes.items()
+        for start in range(0, size, chunk_size)
+    ]
+    chunks: list[list[tuple[int, int, int]]] = []
+    used = chunk_size
+    for piece in pieces:
+        length = piece[2] - piece[1]
+        if used + length > chunk_size:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(piece)
+        used += length
+    return chunks
+
+
+def _chunked_distances(
+    model: Any,
+    hidden: list[Tensor | None],
+    slot_of: list[list[int]],
+    chunk_size: int,
+    distance: Tensor,
+) -> None:
+    """Fill ``distance`` (Tensor[N, K, T]) from the hidden states, chunk by chunk.
+
+    Per chunk: one vocabulary projection for every distinct context of every piece, one
+    log-softmax, then the JS distance of each distinct context against the reference (slot
+    0), one pair at a time so that the temporaries stay (positions, V).
+    """
+    sizes = {row: states.shape[1] for row, states in enumerate(hidden) if states is not None}
+    for chunk in _chunks(sizes, chunk_size):
+        blocks = [hidden[row][:, start:stop] for row, start, stop in chunk]  # (U, L, H) each
+        flat = torch.cat([block.reshape(-1, block.shape[-1]) for block in blocks])
+        log_probs = torch.log_softmax(_logits(model, flat), dim=-1)
+        offset = 0
+        for (row, start, stop), block in zip(chunk, blocks, strict=True):
+            slots, length = block.shape[0], stop - start
+            piece = log_probs[offset : offset + slots * length].view(slots, length, -1)
+            offset += slots * length
+            for slot in range(1, slots):
+                values = _js_from_log_probs(piece[0], piece[slot])
+                for k, slot_k in enumerate(slot_of[row][1:]):
+                    if slot_k == slot:
+                        distance[row, k, start:stop] = values
+
+
 def replay_distances(
     model: Any,
     tokenizer: Any,
@@ -385,7 +443,8 @@ def replay_distances(
             variable lengths); replayed unchanged.
         infos: N lists of K strings, the verifier information of each reward for that row.
         mode: ``"leave_one_out"`` (full vs. all-but-k) or ``"add_one"`` (bare vs. bare + v_k).
-        chunk_size: response positions per lm_head + log-softmax + JS chunk (bounds memory).
+        chunk_size: response positions (of all rows, pooled) per lm_head + log-softmax + JS
+            chunk (bounds memory).
         batch_size: contexts per forward pass (bounds memory).
         chat_template_kwargs: extra keyword arguments for ``apply_chat_template``.
 
@@ -420,21 +479,10 @@ def replay_distances(
     model.eval()
     try:
         with torch.no_grad():
+            for row, ids in enumerate(completions):
+                mask[row, : len(ids)] = 1
             hidden = _replay_hidden(model, pad_id, contexts, completions, unique, batch_size)
-            for row, states in enumerate(hidden):
-                size = len(completions[row])
-                mask[row, :size] = 1
-                reference = slot_of[row][0]
-                others = [k for k in range(num_rewards) if slot_of[row][k + 1] != reference]
-                if not others:
-                    continue
-                other_slots = [slot_of[row][k + 1] for k in others]
-                for start in range(0, size, chunk_size):
-                    stop = min(start + chunk_size, size)
-                    log_probs = torch.log_softmax(_logits(model, states[:, start:stop]), dim=-1)
-                    distance[row, others, start:stop] = _js_from_log_probs(
-                        log_probs[reference].unsqueeze(0), log_probs[other_slots]
-                    )
+            _chunked_distances(model, hidden, slot_of, chunk_size, distance)
     finally:
         model.train(was_training)
     return distance, mask
