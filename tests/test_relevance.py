@@ -232,7 +232,7 @@ def test_chunked_replay_equals_naive_reference(tiny, sharp, rows, mode):
                 model, tokenizer, prompts, completions, infos, mode=mode, batch_size=7
             )
             torch.testing.assert_close(padded, reference, atol=1e-5, rtol=0)
-        for chunk_size, batch_size in [(1, 3), (4096, 64)]:
+        for chunk_size, batch_size in [(1, 3), (7, 5), (4096, 64)]:
             distance, mask = replay_distances(
                 model,
                 tokenizer,
@@ -275,6 +275,13 @@ def test_empty_information_gives_zero_distance(tiny, rows):
         distance, mask = replay_distances(model, tokenizer, prompts, completions, infos, mode=mode)
         assert distance[1, 1].eq(0).all() and distance[4, 2].eq(0).all()  # the empty infos
         assert (distance[0][:, mask[0].bool()] > 0).all()  # the others do change the context
+    # A row without any information: every context is the bare prompt, nothing to compare.
+    blank = [["", "", ""], infos[0]]
+    distance, mask = replay_distances(model, tokenizer, prompts[:2], completions[:2], blank)
+    assert distance[0].eq(0).all() and mask[0].sum() == len(completions[0])
+    reference, _ = naive_replay_distances(model, tokenizer, prompts[:2], completions[:2], blank)
+    torch.testing.assert_close(distance, reference, atol=1e-5, rtol=0)
+    assert distance[1].max() > 1e-3
 
 
 def test_string_prompts_and_one_token_prompt(sharp):
