@@ -90,7 +90,8 @@ class PeakMemory:
 
 
 def build_trainer(estimator: str, args: argparse.Namespace, output_dir: str):
-    """An MRTPOTrainer ready to step by hand (optimizer and scheduler created)."""
+    """An MRTPOTrainer ready to step by hand: optimizer, scheduler and activation checkpointing
+    set up as `Trainer.train` would."""
     from mrtpo import tasks
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
@@ -126,6 +127,11 @@ def build_trainer(estimator: str, args: argparse.Namespace, output_dir: str):
         processing_class=tokenizer,
     )
     trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
+    if config.activation_checkpointing:  # Trainer.train would turn it on (TRL's default: on)
+        kwargs = dict(config.activation_checkpointing_kwargs or {})
+        trainer.model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs=kwargs or None
+        )
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which we step by hand
     trainer.model.train()
     return trainer
