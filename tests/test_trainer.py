@@ -321,6 +321,21 @@ def test_accumulation_and_iterations_reuse_one_generation(tmp_path):
             )
 
 
+def test_shuffled_weights_move_credit_but_keep_each_response_total(tmp_path):
+    # Same seed: same completions and rewards (the shuffle draws from its own generator).
+    plain = train_mrtpo(tmp_path / "plain", mrtpo_warmup_steps=0, mrtpo_beta=1.0)
+    shuffled = train_mrtpo(
+        tmp_path / "shuffled", mrtpo_warmup_steps=0, mrtpo_beta=1.0, shuffle_token_weights=True
+    )
+    for a, b in zip(plain.batches, shuffled.batches, strict=True):
+        assert torch.allclose(a["rewards"], b["rewards"], equal_nan=True)
+        mask = a["completion_mask"].float()
+        mean_a = (a["advantages"] * mask).sum(-1) / mask.sum(-1)
+        mean_b = (b["advantages"] * mask).sum(-1) / mask.sum(-1)
+        torch.testing.assert_close(mean_a, mean_b, rtol=1e-5, atol=1e-5)
+        assert (a["advantages"] - b["advantages"]).abs().max() > 1e-3
+
+
 def test_plain_reward_function_gets_uniform_credit(tmp_path):
     # A plain TRL reward function has no verifier information: leaving it out changes no
     # context, so its distance is 0 and its advantage is spread uniformly (as in GDPO).
