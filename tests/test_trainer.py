@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_toys import ContainsLetter, toy_dataset, toy_verifiers
+from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from mrtpo import advantages, tasks
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import ESTIMATORS, MRTPOConfig, MRTPOTrainer, _top_share_sums
+from mrtpo.verifiers import Verdict, Verifier
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -64,6 +65,7 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
     def __init__(self, *args, **kwargs):
         self.batches: list[dict] = []
         self.replays = 0
+        self.replayed_rows = 0
         super().__init__(*args, **kwargs)
 
     def _generate_and_score_completions(self, inputs):
@@ -77,8 +79,9 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
         )
         return output
 
-    def _replay(self, completion_width, rows=None):
+    def _replay(self, completion_width, rows):
         self.replays += 1
+        self.replayed_rows += len(rows)
         return super()._replay(completion_width, rows)
 
 
@@ -235,6 +238,7 @@ def test_mrtpo_two_steps_gives_per_token_advantages(tmp_path):
         assert line["mrtpo/beta"] == pytest.approx(0.5)
         assert line["mrtpo/replay_seconds"] > 0
         assert 0 < line["mrtpo/replay_share"] < 1
+        assert 0 < line["mrtpo/replayed_rows_share"] <= 1
         for name in ("contains_letter", "even_length", "starts_with_space"):
             assert 0 <= line[f"rewards/{name}/mean"] <= 1
             assert 0 < line[f"mrtpo/distance/{name}/mean"] <= 1
@@ -336,6 +340,34 @@ def test_shuffled_weights_move_credit_but_keep_each_response_total(tmp_path):
         assert (a["advantages"] - b["advantages"]).abs().max() > 1e-3
 
 
+class AlwaysOne(Verifier):
+    name = "always_one"
+
+    def verify(self, completion, example):
+        return Verdict(1.0, "Any response is fine.")
+
+
+def test_rows_where_no_reward_varies_are_not_replayed(tmp_path):
+    # Ã_k = 0 for every reward of every row: the weights cannot matter, nothing is replayed.
+    trainer = train_mrtpo(tmp_path / "constant", reward_funcs=[AlwaysOne()], mrtpo_warmup_steps=0)
+    assert trainer.replays == 2 and trainer.replayed_rows == 0
+    assert all(seen["advantages"].abs().max() == 0 for seen in trainer.seen)
+    lines = (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line) for line in lines if '"loss"' in line]
+    assert [line["mrtpo/replayed_rows_share"] for line in steps] == [0.0, 0.0]
+    assert all(line["mrtpo/distance/always_one/mean"] is None for line in steps)
+
+    # With a varying reward beside it, exactly the rows of groups where it varies are replayed.
+    mixed = train_mrtpo(
+        tmp_path / "mixed", reward_funcs=[AlwaysOne(), ContainsLetter()], mrtpo_warmup_steps=0
+    )
+    varying = 0
+    for batch in mixed.batches:
+        grouped = torch.nan_to_num(batch["rewards"][:, 1], nan=-1.0).view(-1, 4)
+        varying += 4 * int((grouped.max(1).values != grouped.min(1).values).sum())
+    assert mixed.replayed_rows == varying
+
+
 def test_plain_reward_function_gets_uniform_credit(tmp_path):
     # A plain TRL reward function has no verifier information: leaving it out changes no
     # context, so its distance is 0 and its advantage is spread uniformly (as in GDPO).
@@ -362,9 +394,11 @@ def test_plain_reward_function_gets_uniform_credit(tmp_path):
 def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator):
     task = tasks.get(task_name)
     verifiers = task.verifiers()
+    # The tiny model's text scores 0 on most task rewards; a reward that varies makes MRTPO
+    # replay the rows (with every task verifier's information in the contexts).
     trainer = train_mrtpo(
         tmp_path,
-        reward_funcs=verifiers,
+        reward_funcs=[*verifiers, EvenLength()],
         dataset=task.load("train"),
         advantage_estimator=estimator,
         mrtpo_warmup_steps=0,
@@ -385,12 +419,18 @@ def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator):
         json.loads(line)
         for line in (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
     ]
-    last = [line for line in lines if "loss" in line][-1]
+    steps = [line for line in lines if "loss" in line]
+    assert len(steps) == 2
     for verifier in verifiers:
-        mean = last[f"rewards/{verifier.name}/mean"]
-        assert mean is None or 0 <= mean <= 1  # None: the verifier applied to no row this step
+        for line in steps:
+            mean = line[f"rewards/{verifier.name}/mean"]
+            assert mean is None or 0 <= mean <= 1  # None: the verifier applied to no row
         if estimator == "mrtpo":
-            assert 0 <= last[f"mrtpo/distance/{verifier.name}/mean"] <= 1
+            distances = [line[f"mrtpo/distance/{verifier.name}/mean"] for line in steps]
+            assert any(d is not None for d in distances)
+            assert all(d is None or 0 <= d <= 1 for d in distances)
+    if estimator == "mrtpo":
+        assert trainer.replayed_rows > 0
 
 
 def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
@@ -400,7 +440,7 @@ def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
     seen_models = []
 
     class Watching(RecordingMRTPO):
-        def _replay(self, completion_width, rows=None):
+        def _replay(self, completion_width, rows):
             model = self.accelerator.unwrap_model(self.model)
             # The model the replay calls: the PEFT model, its LoRA layers switched on.
             lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
@@ -503,8 +543,8 @@ def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch,
         tmp_path, credit_map_steps=1, mrtpo_warmup_steps=0, advantage_estimator=estimator
     )
 
-    # MRTPO replays every row; the baselines replay only the two rows they show.
-    assert trainer.replays == 2
+    # MRTPO replays its rows (and a shown row it skipped); the baselines only the rows shown.
+    assert trainer.replays >= 2 if estimator == "mrtpo" else trainer.replays == 2
     assert [step for step, _ in received] == [0, 1]
     for _, records in received:
         assert [r["label"] for r in records] == ["lowest", "highest"]

@@ -98,8 +98,10 @@ def main(out_dir: str) -> None:
             self.records.append(
                 {
                     "rewards": rewards.cpu(),
-                    "distance": replay["distance"].cpu(),
-                    "mask": replay["mask"].cpu(),
+                    # every local row; zero distance where the replay was skipped (exact)
+                    "distance": replay["local_distance"].cpu(),
+                    "mask": replay["local_mask"].cpu(),
+                    "replayed": replay["rows"],
                     "advantages": per_token.cpu(),
                     "beta": replay["beta"],
                     "local": (local.start, local.stop),

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
+from trl.models.utils import unwrap_model_for_generation
 
 from mrtpo import advantages
 from mrtpo.logging_callbacks import MetricsFileCallback
@@ -261,59 +261,72 @@ class MRTPOTrainer(GRPOTrainer):
             self._write_credit_maps(output, rewards, group_size, local, weights, replay)
         return output
 
-    def _replay(self, completion_width: int, rows: list[int] | None = None) -> dict[str, Any]:
-        """Replay this process's rows (or only `rows`, local indices) with the current policy.
+    def _replay(self, completion_width: int, rows: list[int]) -> dict[str, Any]:
+        """Replay `rows` (indices into this process's rows) with the current policy.
 
         Returns distance (R, K, T) and mask (R, T) on the accelerator's device, T =
-        `completion_width`, plus the replayed rows' verdicts, the row indices and the seconds.
+        `completion_width`, plus the replayed rows' verdicts, the row indices, the seconds
+        and the beta in use. The model is unwrapped as TRL unwraps it for generation: ZeRO-3
+        parameters gathered, FSDP parameters summoned, gradient checkpointing off, PEFT
+        adapters active; so the replay is a local computation whatever each process replays.
         """
         # Imported here: the replay engine is only needed when something is replayed.
         from mrtpo.relevance import replay_distances
 
-        rows = list(range(len(self._batch["prompts"]))) if rows is None else rows
         verdicts = self._local_verdicts()
         verdicts = [verdicts[i] for i in rows]
-        infos = [[verdict.info for verdict in row] for row in verdicts]
+        beta = advantages.beta_at(
+            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
+        )
+        device = self.accelerator.device
+        num_rewards = len(self.reward_funcs)
+        if not rows:
+            return {
+                "distance": torch.zeros(0, num_rewards, completion_width, device=device),
+                "mask": torch.zeros(0, completion_width, device=device),
+                **{"verdicts": [], "rows": [], "seconds": 0.0, "beta": beta},
+            }
         options = {}
         if self.args.replay_chunk_size is not None:
             options["chunk_size"] = self.args.replay_chunk_size
         if self.args.replay_batch_size is not None:
             options["batch_size"] = self.args.replay_batch_size
 
-        model = self.accelerator.unwrap_model(self.model)  # PEFT adapters stay active
-        was_training = model.training
         started = time.perf_counter()
-        model.eval()
-        try:
-            with (
-                torch.no_grad(),
-                disable_gradient_checkpointing(model, self.args.gradient_checkpointing_kwargs),
-            ):
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            was_training = model.training
+            model.eval()
+            try:
                 distance, mask = replay_distances(
                     model,
                     self.processing_class,
                     [self._batch["prompts"][i] for i in rows],
                     [self._batch["completion_ids"][i] for i in rows],
-                    infos,
+                    [[verdict.info for verdict in row] for row in verdicts],
                     mode=self.args.replay_mode,
                     chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
                     **options,
                 )
-            if distance.is_cuda:
-                torch.cuda.synchronize(distance.device)
-        finally:
-            model.train(was_training)
-        seconds = time.perf_counter() - started
-        device = self.accelerator.device
+            finally:
+                model.train(was_training)
+        if distance.is_cuda:
+            torch.cuda.synchronize(distance.device)
         return {
             "distance": _fit_width(distance.float(), completion_width).to(device),
             "mask": _fit_width(mask.float(), completion_width).to(device),
             "verdicts": verdicts,
-            "rows": rows,
-            "seconds": seconds,
-            "beta": advantages.beta_at(
-                self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
-            ),
+            "rows": list(rows),
+            "seconds": time.perf_counter() - started,
+            "beta": beta,
         }
 
     def _mrtpo_advantages(
@@ -326,18 +339,31 @@ class MRTPOTrainer(GRPOTrainer):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
         width = output["completion_ids"].shape[1]
-        replay = self._replay(width)
-        beta = replay["beta"]
+        lengths = torch.tensor([len(ids) for ids in self._batch["completion_ids"]])
+        local_mask = (torch.arange(width) < lengths.unsqueeze(1)).float()
+        local_mask = local_mask.to(self.accelerator.device)
+        # A row whose every reward has Ã_k = 0 (or no score) gets the same advantage on every
+        # token whatever its weights: skipping its replay is exact. Groups where no reward
+        # varies (common early in training) cost nothing.
+        normalized = torch.nan_to_num(advantages.per_reward(rewards, group_size, eps=EPS)[local])
+        rows = (normalized != 0).any(dim=1).nonzero().flatten().tolist()
+        replay = self._replay(width, rows)
+        replay["num_rows"] = len(lengths)
 
         # `mrtpo()` takes the whole batch's rewards (group and batch statistics) and distances
-        # for every row. Only this process's rows are replayed: the other rows get zero distance
-        # (uniform weights) and are sliced away; a row's advantage depends only on its own
-        # distances and on the rewards, so this equals a single process's computation.
+        # for every row. Rows that are not replayed (other processes' rows, rows skipped above)
+        # get zero distance, i.e. uniform weights; a row's advantage depends only on its own
+        # distances and on the rewards, so this equals a single process replaying everything.
         num_rows, num_rewards = rewards.shape
-        distance = replay["distance"].new_zeros(num_rows, num_rewards, width)
-        mask = replay["mask"].new_ones(num_rows, width)
-        distance[local] = replay["distance"]
-        mask[local] = replay["mask"]
+        distance = torch.zeros(num_rows, num_rewards, width, device=local_mask.device)
+        mask = torch.ones(num_rows, width, device=local_mask.device)
+        local_distance = distance[local]  # a view: writes go into `distance`
+        local_distance[rows] = replay["distance"]
+        mask[local] = local_mask
+        replay["local_distance"], replay["local_mask"] = (
+            local_distance,
+            local_mask,
+        )  # (B, K, T), (B, T)
         generator = None
         if self.args.shuffle_token_weights:
             # Seeded by step and process so that a resumed run shuffles as the original did.
@@ -350,14 +376,12 @@ class MRTPOTrainer(GRPOTrainer):
             group_size,
             distance,
             mask,
-            beta,
+            replay["beta"],
             weights=weights,
             eps=EPS,
             shuffle=self.args.shuffle_token_weights,
             generator=generator,
         )[local]
-        # Padding tokens carry no advantage (they are outside the loss mask anyway).
-        per_token = per_token * replay["mask"]
         return per_token.to(output["completion_ids"].device), replay
 
     # ------------------------------------------------------------------ metrics
@@ -365,8 +389,13 @@ class MRTPOTrainer(GRPOTrainer):
     def _log_replay(self, mode: str, replay: dict[str, Any]) -> None:
         metrics = self._metrics[mode]
         metrics["mrtpo/beta"].append(replay["beta"])
-        seconds = torch.tensor([replay["seconds"]], device=self.accelerator.device)
+        device = self.accelerator.device
+        seconds = torch.tensor([replay["seconds"]], device=device)
         metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
+        counts = torch.tensor([len(replay["rows"]), replay["num_rows"]], device=device).float()
+        replayed, total_rows = self.accelerator.reduce(counts, reduction="sum").tolist()
+        metrics["mrtpo/replayed_rows_share"].append(replayed / total_rows)
+        # Distance statistics over the replayed rows.
         distance, mask = replay["distance"], replay["mask"]
         token_mean = _distance_token_sums(distance, mask)  # (K, 2): sum, count
         top_share = _top_share_sums(distance, mask, TOP_SHARE)  # (K, 2): sum of shares, responses
@@ -407,19 +436,21 @@ class MRTPOTrainer(GRPOTrainer):
         """Maps of the lowest- and highest-total-reward rows of the main process's share.
 
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
-        their uniform assignment); every process replays its own pick, so that a model sharded
-        across processes runs the same forward passes everywhere; the main process writes.
+        their uniform assignment), as does MRTPO for a chosen row it skipped; every process
+        replays its own pick (a local computation, see `_replay`); the main process writes.
         """
         self._last_credit_step = self.state.global_step
         local_rewards = rewards[local]
         total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
         order = torch.argsort(total, stable=True).tolist()
         chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
-        if replay is None:
-            replay = self._replay(output["completion_ids"].shape[1], rows=chosen)
+        replays = [] if replay is None else [replay]
+        missing = [i for i in chosen if replay is None or i not in replay["rows"]]
+        if missing:  # GDPO/GRPO, or MRTPO rows skipped because no reward varied
+            replays.append(self._replay(output["completion_ids"].shape[1], rows=missing))
         if not self.accelerator.is_main_process:
             return
-        records = self._credit_records(output, rewards, group_size, local, weights, replay, chosen)
+        records = self._credit_records(output, rewards, group_size, local, weights, replays, chosen)
         _training_maps_writer()(self.args.output_dir, self.state.global_step, records)
 
     def _credit_records(
@@ -429,7 +460,7 @@ class MRTPOTrainer(GRPOTrainer):
         group_size: int,
         local: slice,
         weights: torch.Tensor,
-        replay: dict[str, Any],
+        replays: list[dict[str, Any]],
         chosen: list[int],
     ) -> list[dict[str, Any]]:
         """One record per chosen row (local index) in the format of
@@ -441,17 +472,19 @@ class MRTPOTrainer(GRPOTrainer):
         estimator = self.args.advantage_estimator
         local_rewards = rewards[local]
         total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
-        token_weight = advantages.token_weights(replay["distance"], replay["mask"], replay["beta"])
         reward_advantage = torch.nan_to_num(
             advantages.per_reward(rewards, group_size, eps=EPS)[local]
         )
         gdpo = advantages.gdpo(rewards, group_size, weights, eps=EPS)[local]
-        position = {row: j for j, row in enumerate(replay["rows"])}
+        found = {row: (replay, j) for replay in replays for j, row in enumerate(replay["rows"])}
         records = []
         for rank, i in enumerate(chosen):
             label = "lowest" if rank < CREDIT_ROWS_PER_END and len(chosen) > 1 else "highest"
             length = len(self._batch["completion_ids"][i])
-            j = position[i]
+            replay, j = found[i]
+            token_weight = advantages.token_weights(
+                replay["distance"][j : j + 1], replay["mask"][j : j + 1], replay["beta"]
+            )[0]
             if estimator == "mrtpo":
                 token_advantages = output["advantages"][i, :length]
             else:
@@ -467,7 +500,7 @@ class MRTPOTrainer(GRPOTrainer):
                     "names": list(self.reward_func_names),
                     "distance": replay["distance"][j, :, :length].cpu(),  # [K, T]
                     # [K, T] MRTPO's weights; None (uniform) for GDPO and GRPO
-                    "weights": token_weight[j, :, :length].cpu() if estimator == "mrtpo" else None,
+                    "weights": token_weight[:, :length].cpu() if estimator == "mrtpo" else None,
                     # [K] Ã_k, c_k apart; GRPO sums rewards before normalizing: none
                     "reward_advantages": reward_advantage[i].cpu() if estimator != "grpo" else None,
                     "reward_weights": weights.cpu(),  # [K] c_k
