@@ -360,10 +360,8 @@ class MRTPOTrainer(GRPOTrainer):
         local_distance = distance[local]  # a view: writes go into `distance`
         local_distance[rows] = replay["distance"]
         mask[local] = local_mask
-        replay["local_distance"], replay["local_mask"] = (
-            local_distance,
-            local_mask,
-        )  # (B, K, T), (B, T)
+        replay["local_distance"] = local_distance  # (B, K, T), 0 on rows not replayed
+        replay["local_mask"] = local_mask  # (B, T)
         generator = None
         if self.args.shuffle_token_weights:
             # Seeded by step and process so that a resumed run shuffles as the original did.
