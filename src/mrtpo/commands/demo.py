@@ -36,9 +36,10 @@ DEMO_TASK = "tool_calling"
 # The cold-start budget measured on the embedded model (recipes/tool_calling.yaml records the
 # same): it puts the tool-call format rate between 0.2 and 0.6, leaving RL something to learn.
 COLD_START = {
-    "max_steps": 2,
+    "max_steps": 1,
     "learning_rate": 5e-5,
-    "per_device_train_batch_size": 8,
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 4,
     "max_train_examples": 64,
 }
 EVAL_EXAMPLES = 32  # test prompts scored before and after (the same ones)
@@ -145,6 +146,7 @@ def training_demo(args: argparse.Namespace) -> int:
         ["--task", DEMO_TASK, "--model_name_or_path", args.model_name_or_path,
          "--max_steps", str(args.sft_max_steps), "--learning_rate", str(COLD_START["learning_rate"]),
          "--per_device_train_batch_size", str(COLD_START["per_device_train_batch_size"]),
+         "--gradient_accumulation_steps", str(COLD_START["gradient_accumulation_steps"]),
          "--max_train_examples", str(COLD_START["max_train_examples"]), "--output_dir", str(root / "sft")],
         timings,
     )  # fmt: skip
