@@ -329,6 +329,15 @@ class MRTPOTrainer(GRPOTrainer):
             "beta": beta,
         }
 
+    def _rows_to_replay(self, normalized: torch.Tensor) -> list[int]:
+        """The local rows whose distances can change their advantages.
+
+        normalized: (B, K) this process's Ã_k, NaN as 0. A row whose every Ã_k is 0 gets the
+        same advantage on every token whatever its weights, so skipping its replay is exact;
+        groups where no reward varies (common early in training) cost nothing.
+        """
+        return (normalized != 0).any(dim=1).nonzero().flatten().tolist()
+
     def _mrtpo_advantages(
         self,
         output: dict[str, Any],
@@ -342,11 +351,8 @@ class MRTPOTrainer(GRPOTrainer):
         lengths = torch.tensor([len(ids) for ids in self._batch["completion_ids"]])
         local_mask = (torch.arange(width) < lengths.unsqueeze(1)).float()
         local_mask = local_mask.to(self.accelerator.device)
-        # A row whose every reward has Ã_k = 0 (or no score) gets the same advantage on every
-        # token whatever its weights: skipping its replay is exact. Groups where no reward
-        # varies (common early in training) cost nothing.
         normalized = torch.nan_to_num(advantages.per_reward(rewards, group_size, eps=EPS)[local])
-        rows = (normalized != 0).any(dim=1).nonzero().flatten().tolist()
+        rows = self._rows_to_replay(normalized)
         replay = self._replay(width, rows)
         replay["num_rows"] = len(lengths)
 
