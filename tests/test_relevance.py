@@ -373,3 +373,16 @@ def test_qwen2_model_matches_naive_reference(tiny, rows):
     reference, _ = naive_replay_distances(model, tokenizer, prompts, completions, infos)
     assert reference.max() > 0.01
     torch.testing.assert_close(distance, reference, atol=1e-5, rtol=0)
+
+
+def test_copied_prefix_cache_fallback_matches(sharp, rows, monkeypatch):
+    """Layer types other than plain full attention get a per-batch copy of the prefix cache."""
+    import mrtpo.relevance as relevance
+
+    model, tokenizer = sharp
+    prompts, completions, infos = rows
+    shared, _ = replay_distances(model, tokenizer, prompts, completions, infos, batch_size=5)
+    monkeypatch.setattr(relevance, "_prefix_cache_for_batch", lambda *args: None)
+    copied, _ = replay_distances(model, tokenizer, prompts, completions, infos, batch_size=5)
+    torch.testing.assert_close(copied, shared, atol=1e-6, rtol=0)
+    assert shared.max() > 0.1

@@ -281,8 +281,56 @@ def _run_body(body: Any, keyword: str, **inputs: Any) -> tuple[Tensor, Any]:
     return out.last_hidden_state, cache
 
 
-def _repeat_cache(prefix_cache: Any, batch: int, config: Any) -> Any:
-    """A fresh DynamicCache holding the prefix's keys/values for ``batch`` rows."""
+def _prefix_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class PrefixLayer(DynamicLayer):
+        """A layer's cache holding a shared prefix that keeps nothing new.
+
+        ``update`` returns prefix + new states for this forward's attention and forgets the new
+        ones: every context of a batch reads the same (broadcast, uncopied) prefix, and no
+        layer holds its (batch, prefix + context) keys/values once it is done.
+        """
+
+        def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any):
+            keys = torch.cat(
+                [self.keys.expand(key_states.shape[0], -1, -1, -1), key_states], dim=-2
+            )
+            values = torch.cat(
+                [self.values.expand(value_states.shape[0], -1, -1, -1), value_states], dim=-2
+            )
+            return keys, values
+
+    return PrefixLayer
+
+
+def _prefix_cache_for_batch(prefix_cache: Any, config: Any) -> Any:
+    """A cache whose layers serve the prefix's keys/values to a batch of any size.
+
+    Plain full-attention layers are read without copying (``PrefixLayer``); any other layer
+    type (e.g. sliding window) falls back to an ordinary DynamicCache copy per batch.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    if not all(type(layer) is DynamicLayer for layer in prefix_cache.layers):
+        return None
+    layer_class = _prefix_layer_class()
+    cache = DynamicCache(config=config)
+    layers = []
+    for keys, values, *_ in prefix_cache:
+        layer = layer_class()
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        layers.append(layer)
+    cache.layers = layers
+    return cache
+
+
+def _batch_cache(prefix_cache: Any, shared: Any, batch: int, config: Any) -> Any:
+    """The prefix cache for ``batch`` contexts: the shared read-only one, or a fresh copy."""
+    if shared is not None:
+        return shared
     from transformers import DynamicCache
 
     layers = [
@@ -307,8 +355,8 @@ def _replay_hidden(
 
     U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
     reference context); None for a row with a single distinct context. Rows with the
-    same prefix share one prefix pass; their contexts run in right-padded batches on top of a
-    copy of its KV cache, with positions continuing after the prefix.
+    same prefix share one prefix pass; their contexts run in right-padded batches reading its
+    KV cache (broadcast, not copied), with positions continuing after the prefix.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
     keyword = _cache_keyword(body)
@@ -331,10 +379,11 @@ def _replay_hidden(
         # The prefix's last token is run with each context, so that the hidden state predicting
         # the first completion token always comes from the context pass (even with no suffix).
         cached = len(prefix) - 1
-        prefix_cache = None
+        prefix_cache = shared = None
         if cached:
             ids = torch.tensor([prefix[:-1]], device=device)
             _, prefix_cache = _run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
+            shared = _prefix_cache_for_batch(prefix_cache, model.config)
         # (row, slot in unique[row], ids run after the cache, index of the first needed state)
         jobs = []
         for row in rows:
@@ -353,7 +402,7 @@ def _replay_hidden(
                 input_ids[b, : len(ids)] = torch.tensor(ids, device=device)
                 attention[b, cached : cached + len(ids)] = 1
             positions = torch.arange(cached, cached + width, device=device).expand(len(batch), -1)
-            cache = _repeat_cache(prefix_cache, len(batch), model.config) if cached else None
+            cache = _batch_cache(prefix_cache, shared, len(batch), model.config) if cached else None
             hidden, _ = _run_body(
                 body,
                 keyword,
