@@ -240,7 +240,9 @@ def _row_html(credit_map: CreditMap, row: Row, row_index: int, scale: float, mod
         boxes.append(box + "<br>" * newlines + "<wbr>")
     info = ""
     if row.kind == "reward":
-        spans = ", ".join(f"{a}–{b}" for a, b in row.spans) or "none"
+        spans = ", ".join(f"{a}–{b}" for a, b in row.spans[:8]) or "none"
+        if len(row.spans) > 8:
+            spans += f", … ({len(row.spans)} ranges)"
         info = (
             f"<small>characters read: {_escape(spans)} (underlined)</small>"
             f"<details><summary>verifier information</summary><pre>{_pieces_html(row.info)}</pre></details>"
