@@ -157,12 +157,15 @@ def test_eval_batching_does_not_change_greedy_completions(
     assert completions[0] == completions[1]
 
 
-def test_eval_prompt_ids_equal_trl_grpo_rendering(echo_task, tiny):
+def test_eval_prompt_ids_equal_trl_grpo_rendering(echo_task):
     """`mrtpo eval` tokenizes prompts exactly as TRL's GRPOTrainer does before generating."""
     from mrtpo.commands.eval import render_prompt_ids
+    from mrtpo.testing import tiny_model_and_tokenizer
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
-    model, tokenizer = tiny
+    # A model of its own: the trainer's accelerate wrapping rebinds `forward`, which would leak
+    # into the session-wide `tiny` fixture (a deepcopy of it would still call the original).
+    model, tokenizer = tiny_model_and_tokenizer()
     dataset = echo_task.load("test")
     trainer = MRTPOTrainer(
         model=model,
