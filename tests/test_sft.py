@@ -103,7 +103,7 @@ def test_dataset_is_prompt_completion_from_references(capitals):
 
 @pytest.mark.parametrize("task_name", ["capitals", "tool_calling", "sql"])
 def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
-    task_name, capitals, tiny, tiny_model_dir, tmp_path
+    task_name, capitals, tiny_model_dir, tmp_path
 ):
     """SFT trains on exactly the prompt tokens `mrtpo train` generates from (same chat template,
     system prompt and tools rendering), and only on the completion."""
@@ -116,7 +116,9 @@ def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
     batch = trainer.data_collator(rows)
 
     # The prompts `mrtpo train` generates from: TRL's GRPOTrainer tokenization, run for real.
-    model, _ = tiny
+    # A model of its own: the trainer's accelerate wrapping rebinds `forward`, which would leak
+    # into the session-wide `tiny` fixture.
+    model = trainer.model
     grpo = MRTPOTrainer(
         model=model,
         reward_funcs=task.verifiers(),
