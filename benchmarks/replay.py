@@ -399,13 +399,22 @@ def main() -> None:
         default=1,
         help="timed runs on SmolLM2-135M (minutes each on CPU)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1: stable ratios on a shared machine; 0: torch's default)",
+    )
     parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
+        torch.set_num_threads(1)
         setting, num_rewards, call = args.memory_child
         print(json.dumps(measure_memory_here(setting, int(num_rewards), call)))
         return
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     runs = 1 if args.quick else args.runs
     results = []
     for num_rewards in (1, 3, 8):
