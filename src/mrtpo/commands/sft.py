@@ -46,7 +46,7 @@ class SFTArguments:
 # 64 demonstrations, batch 8 (2 per micro-batch x 4 accumulated: a micro-batch of 8 tool-calling
 # examples peaks at ~17 GB of activations on CPU, 2 at ~6 GB), lr 5e-5.
 SFT_DEFAULTS: dict[str, Any] = {
-    "max_steps": 1,
+    "max_steps": 3,
     "learning_rate": 5e-5,
     "per_device_train_batch_size": 2,
     "gradient_accumulation_steps": 4,
