@@ -36,10 +36,12 @@ test: install
 demo: install
 	$(VENV)/bin/mrtpo demo
 
+# The CPU-sized settings recorded in benchmarks/README.md (the full training-step setting,
+# `benchmarks/step_time.py` with no flags, is for a GPU).
 bench: install
 	$(PY) benchmarks/replay.py
-	$(PY) benchmarks/sql_verify.py
-	$(PY) benchmarks/step_time.py
+	$(PY) benchmarks/sql_verify.py --runs 7
+	$(PY) benchmarks/step_time.py --prompts 2 --max-new-tokens 128 --steps 3 --warmup 0 --threads 1
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks scripts
