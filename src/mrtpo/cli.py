@@ -19,8 +19,11 @@ COMMANDS = {
     "demo": "replay one SQL response on the embedded model (make demo)",
 }
 
-USAGE = "usage: mrtpo {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
-    f"  {name:<8} {help_text}" for name, help_text in COMMANDS.items()
+USAGE = (
+    "usage: mrtpo {"
+    + ",".join(COMMANDS)
+    + "} [options]\n\n"
+    + "\n".join(f"  {name:<8} {help_text}" for name, help_text in COMMANDS.items())
 )
 
 

@@ -36,7 +36,9 @@ class Verdict:
             raise ValueError(f"Verdict.score must be finite or None, got {self.score!r}")
         for span in self.spans:
             if len(span) != 2 or span[0] > span[1] or span[0] < 0:
-                raise ValueError(f"Verdict.spans must hold (start, end) with 0 <= start <= end, got {span!r}")
+                raise ValueError(
+                    f"Verdict.spans must hold (start, end) with 0 <= start <= end, got {span!r}"
+                )
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
@@ -67,12 +69,18 @@ class Verifier:
                 f"prompts and completions must have the same length, got {len(prompts)} and {len(completions)}"
             )
         for column, values in columns.items():
-            if isinstance(values, Sequence) and not isinstance(values, str) and len(values) != len(completions):
+            if (
+                isinstance(values, Sequence)
+                and not isinstance(values, str)
+                and len(values) != len(completions)
+            ):
                 raise ValueError(
                     f"column {column!r} has {len(values)} values for {len(completions)} completions"
                 )
         examples = rows_from_columns(len(completions), prompts, columns)
-        return [self.verify(completion_text(c), ex) for c, ex in zip(completions, examples, strict=True)]
+        return [
+            self.verify(completion_text(c), ex) for c, ex in zip(completions, examples, strict=True)
+        ]
 
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Sequence[Any]

@@ -40,7 +40,5 @@ class Task:
         in `verifiers()` order). Default: share of examples where every applicable score is 1."""
         if not verdicts:
             return {self.headline_name: 0.0}
-        passed = [
-            all(v.score is None or v.score >= 1.0 for v in row) for row in verdicts
-        ]
+        passed = [all(v.score is None or v.score >= 1.0 for v in row) for row in verdicts]
         return {self.headline_name: sum(passed) / len(passed)}
