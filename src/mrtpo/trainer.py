@@ -83,7 +83,9 @@ class MRTPOConfig(GRPOConfig):
     )
     replay_batch_size: int | None = field(
         default=None,
-        metadata={"help": "Responses replayed together; default: mrtpo.relevance's own default."},
+        metadata={
+            "help": "Replay contexts (K + 1 per response) run per forward pass; default: mrtpo.relevance's own."
+        },
     )
     replay_chunk_size: int | None = field(
         default=None,
