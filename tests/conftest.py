@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from mrtpo.testing import save_tiny, tiny_model_and_tokenizer
 
@@ -30,3 +31,13 @@ def shared_benchmarks() -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is absent")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for a module of tiny-tensor tests, restored afterwards: on a shared
+    2-core machine several threads per process mostly wait on one another (seen 5-50x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -15,15 +15,7 @@ from trl.trainer.utils import nanstd
 
 from mrtpo.advantages import beta_at, gdpo, grpo, mrtpo, per_reward, shuffle_weights, token_weights
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: with 2 threads on a busy 2-core machine, every op waits for a descheduled
-    peer (this module ran ~50x slower); one thread here, restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ----------------------------------------------------------------------------- TRL's own code

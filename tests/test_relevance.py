@@ -17,15 +17,7 @@ from mrtpo.relevance import (
     replay_distances,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: with 2 threads on a busy 2-core machine, every op waits for a descheduled
-    peer (this module ran ~50x slower); one thread here, restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ----------------------------------------------------------------------------- js_distance

@@ -109,14 +109,7 @@ class CountingLetter(ContainsLetter):
         return super().verify_batch(prompts, completions, **columns)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """One intra-op thread: these models are tiny, and on a shared 2-core machine several
-    threads per process spend most of their time waiting on one another (5x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def train_mrtpo(
