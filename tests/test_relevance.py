@@ -10,6 +10,7 @@ import torch
 from scipy.spatial.distance import jensenshannon
 
 from mrtpo.relevance import (
+    _shared_stems,
     build_contexts,
     context_infos,
     js_distance,
@@ -180,7 +181,8 @@ def test_contexts_render_the_information_after_the_prompt(tiny):
 
 
 def test_completion_ids_are_replayed_unchanged_in_every_context(tiny, rows):
-    """Record what the model actually runs: cached prefix + (context suffix, completion)."""
+    """Record what the model actually runs: cached prefix + (context suffix, completion), with
+    shared information not split off (``share_information=False``; see the next test)."""
     model, tokenizer = tiny
     prompts, completions, infos = rows
     calls = []
@@ -192,7 +194,9 @@ def test_completion_ids_are_replayed_unchanged_in_every_context(tiny, rows):
 
     handle = model.get_decoder().register_forward_pre_hook(record, with_kwargs=True)
     try:
-        replay_distances(model, tokenizer, prompts, completions, infos, batch_size=5)
+        replay_distances(
+            model, tokenizer, prompts, completions, infos, batch_size=5, share_information=False
+        )
     finally:
         handle.remove()
     prefix_runs = [ids for ids, mask in calls if mask is None]
@@ -217,6 +221,86 @@ def test_completion_ids_are_replayed_unchanged_in_every_context(tiny, rows):
     assert sorted(ran) == sorted(expected)
     # Row 1 has an empty info: its minus_2 context is the full one and is not run twice.
     assert len(ran) == sum(len(set(ctx.suffixes)) for ctx in contexts) == 6 * 4 - 2
+
+
+def test_shared_stems_form_the_radix_tree_of_shared_runs():
+    rule, schema = list(range(100, 112)), list(range(200, 230))
+    sequences = [
+        [*rule, 1, *schema, 7],  # rule, verdict 1, schema, ...
+        [*rule, 1, *schema, 8],
+        [*rule, 2, 3],  # rule, another verdict
+        [*rule, 2, 4],
+        [9, 9, 9],  # shares nothing
+        [*rule, 1, *schema, 7],  # a duplicate of the first
+    ]
+    stems, stem_of = _shared_stems(sequences, min_tokens=8)
+    runs = [tuple(sequences[s.source][s.start : s.stop]) for s in stems]
+    assert runs == [tuple(rule), (1, *schema)]  # "rule + 2" shares 1 token: not a stem
+    assert stems[1].parent == 0 and stems[0].parent is None
+    assert stem_of == [1, 1, 0, 0, None, 1]
+    # With no threshold every token shared by two sequences is in exactly one stem.
+    stems, stem_of = _shared_stems(sequences, min_tokens=1)
+    assert [tuple(sequences[s.source][s.start : s.stop]) for s in stems] == [
+        tuple(rule),
+        (1, *schema),
+        (2,),
+        (7,),
+    ]
+    assert stem_of == [3, 1, 2, 2, None, 3]
+
+
+def test_shared_information_runs_once_and_changes_nothing(sharp):
+    """A group whose rows share long information (a schema, a reference) but differ in their
+    verdicts: the distances equal the naive reference, and far fewer tokens are run."""
+    model, tokenizer = sharp
+    schema = "Database schema:\n" + "\n".join(
+        f"CREATE TABLE t{i} (id INTEGER PRIMARY KEY, name TEXT, value REAL);" for i in range(6)
+    )
+    reference = "Reference query: SELECT name FROM t1 WHERE value > 3 ORDER BY name"
+    texts = [
+        "<answer>SELECT name FROM t1 WHERE value > 3 ORDER BY name</answer>",
+        "<answer>SELECT * FROM t1</answer>",
+        "<answer>SELECT nme FROM t1</answer>",
+        "<answer>SELECT name FROM t1 WHERE value > 3 ORDER BY name</answer>",  # a duplicate
+    ]
+    completions = [tokenizer(t, add_special_tokens=False)["input_ids"] + [2] for t in texts]
+    verdicts = ["the query runs", "the query runs", "Database error: no such column: nme", "ok"]
+    infos = [
+        [INFOS[0], f"{schema}\nVerdict: {verdict}.", f"{reference}\nVerdict: {i}."]
+        for i, verdict in enumerate(verdicts)
+    ]
+    prompts = [MESSAGES] * 4
+    tokens_run = []
+
+    def count(_module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if mask is not None:
+            tokens_run[-1] += int(mask[:, -ids.shape[1] :].sum())
+
+    handle = model.get_decoder().register_forward_pre_hook(count, with_kwargs=True)
+    results = []
+    try:
+        for share, batch_size in [(True, 3), (True, 64), (False, 64)]:
+            tokens_run.append(0)
+            results.append(
+                replay_distances(
+                    model,
+                    tokenizer,
+                    prompts,
+                    completions,
+                    infos,
+                    batch_size=batch_size,
+                    share_information=share,
+                )[0]
+            )
+    finally:
+        handle.remove()
+    naive, _ = naive_replay_distances(model, tokenizer, prompts, completions, infos)
+    assert naive.max() > 0.05
+    for distance in results:
+        torch.testing.assert_close(distance, naive, atol=1e-5, rtol=0)
+    assert tokens_run[0] == tokens_run[1] < 0.5 * tokens_run[2]
 
 
 # ----------------------------------------------------------------------------- replay values

@@ -21,6 +21,7 @@ all logits kept) used by the tests and the benchmark.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ MODES = ("leave_one_out", "add_one")
 INFO_SEPARATOR = "\n\n"  # between the original user content and each piece of information
 DEFAULT_CHUNK_SIZE = 64  # response positions (all rows pooled) per lm_head + JS chunk
 DEFAULT_BATCH_SIZE = 16  # contexts per forward pass
+SHARE_MIN_TOKENS = 8  # a shared run of information shorter than this is not run apart
 JS_BLOCK_ELEMENTS = 2**19  # entries per JS temporary (2 MiB in float32): stays in CPU caches
 _LN2 = math.log(2.0)
 _MARKER = "\u2063MRTPO-INFO\u2063"  # an invisible separator that no template or prompt contains
@@ -287,66 +289,213 @@ def _run_body(body: Any, keyword: str, **inputs: Any) -> tuple[Tensor, Any]:
     return out.last_hidden_state, cache
 
 
-def _prefix_layer_class() -> type:
+def _shared_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
-    class PrefixLayer(DynamicLayer):
-        """A layer's cache holding a shared prefix that keeps nothing new.
+    class SharedLayer(DynamicLayer):
+        """One layer's cache for one batch: the prompt's keys/values (shared by every context)
+        followed by each context's stem (a run of information tokens it shares with other
+        contexts, computed once; rows padded to ``width``).
 
-        ``update`` returns prefix + new states for this forward's attention and forgets the new
-        ones: every context of a batch reads the same (broadcast, uncopied) prefix, and no
-        layer holds its (batch, prefix + context) keys/values once it is done.
+        ``update`` returns prompt + stem + new states for this forward's attention; the new
+        states are kept only when ``record`` is set (a stem being computed), so no layer holds a
+        batch's (prompt + context) keys/values once it is done.
         """
 
+        def __init__(self, prompt: tuple[Tensor, Tensor], stems: list, width: int, record: bool):
+            super().__init__()
+            self.prompt, self.stems, self.width, self.record = prompt, stems, width, record
+            self.new: tuple[Tensor, Tensor] | None = None
+            self.keys, self.values = prompt
+            self.device, self.is_initialized = prompt[0].device, True
+
+        def get_seq_length(self) -> int:
+            return self.prompt[0].shape[-2] + self.width
+
+        def _with_past(self, states: Tensor, which: int) -> Tensor:
+            batch, heads, length, dim = states.shape
+            cached = self.prompt[which].shape[-2]
+            # One copy: the prompt broadcast, each stem in its row, zeros where a row's stem is
+            # shorter than ``width`` (masked out by the attention mask).
+            out = states.new_zeros(batch, heads, cached + self.width + length, dim)
+            out[:, :, :cached] = self.prompt[which]
+            for row, stem in enumerate(self.stems):
+                if stem is not None:
+                    out[row, :, cached : cached + stem[which].shape[-2]] = stem[which][0]
+            out[:, :, cached + self.width :] = states
+            return out
+
         def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any):
-            keys = torch.cat(
-                [self.keys.expand(key_states.shape[0], -1, -1, -1), key_states], dim=-2
-            )
-            values = torch.cat(
-                [self.values.expand(value_states.shape[0], -1, -1, -1), value_states], dim=-2
-            )
-            return keys, values
+            if self.record:
+                self.new = (key_states, value_states)
+            return self._with_past(key_states, 0), self._with_past(value_states, 1)
 
-    return PrefixLayer
+    return SharedLayer
 
 
-def _prefix_cache_for_batch(prefix_cache: Any, config: Any) -> Any:
-    """A cache whose layers serve the prefix's keys/values to a batch of any size.
-
-    Plain full-attention layers are read without copying (``PrefixLayer``); any other layer
-    type (e.g. sliding window) falls back to an ordinary DynamicCache copy per batch.
-    """
-    from transformers import DynamicCache
+def _plain_layers(prefix_cache: Any) -> list[tuple[Tensor, Tensor]] | None:
+    """The prefix's (keys, values) per layer when every layer is plain full attention, else None
+    (e.g. sliding-window layers: those get an ordinary copied cache and no stems)."""
     from transformers.cache_utils import DynamicLayer
 
     if not all(type(layer) is DynamicLayer for layer in prefix_cache.layers):
         return None
-    layer_class = _prefix_layer_class()
+    return [(layer.keys, layer.values) for layer in prefix_cache.layers]
+
+
+def _prefix_cache_for_batch(prefix_cache: Any, config: Any) -> Any:
+    """Per layer, the prefix's keys/values to share across batches (None: copy per batch)."""
+    return _plain_layers(prefix_cache)
+
+
+def _batch_cache(
+    prefix_cache: Any,
+    shared: list[tuple[Tensor, Tensor]] | None,
+    stems: list[list[tuple[Tensor, Tensor]] | None],
+    record: bool,
+    config: Any,
+) -> Any:
+    """The cache for one batch: the shared prompt plus each row's stem, or a plain copy."""
+    from transformers import DynamicCache
+
+    if shared is None:  # no stems on this path (see _plain_layers)
+        layers = [
+            (keys.expand(len(stems), -1, -1, -1), values.expand(len(stems), -1, -1, -1))
+            for keys, values, *_ in prefix_cache
+        ]
+        return DynamicCache(ddp_cache_data=layers, config=config)
+    layer_class = _shared_layer_class()
+    width = max((stem[0][0].shape[-2] for stem in stems if stem is not None), default=0)
     cache = DynamicCache(config=config)
-    layers = []
-    for keys, values, *_ in prefix_cache:
-        layer = layer_class()
-        layer.lazy_initialization(keys, values)
-        layer.keys, layer.values = keys, values
-        layers.append(layer)
-    cache.layers = layers
+    cache.layers = [
+        layer_class(
+            prompt, [None if stem is None else stem[layer] for stem in stems], width, record
+        )
+        for layer, prompt in enumerate(shared)
+    ]
     return cache
 
 
-def _batch_cache(prefix_cache: Any, shared: Any, batch: int, config: Any) -> Any:
-    """The prefix cache for ``batch`` contexts: the shared read-only one, or a fresh copy."""
-    if shared is not None:
-        return shared
-    from transformers import DynamicCache
-
-    layers = [
-        (keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1))
-        for keys, values, *_ in prefix_cache
-    ]
-    return DynamicCache(ddp_cache_data=layers, config=config)
-
-
 # ----------------------------------------------------------------------------- replay
+
+
+@dataclass(frozen=True)
+class _Stem:
+    """A run of context tokens that several jobs of one prompt share: ``ids[start:stop]`` of
+    job ``source``, run once on top of its parent stem (``None``: on the prompt alone)."""
+
+    start: int
+    stop: int
+    parent: int | None
+    source: int
+
+
+def _shared_stems(
+    sequences: Sequence[Sequence[int]], min_tokens: int
+) -> tuple[list[_Stem], list[int | None]]:
+    """The stems of a set of token sequences (the radix tree of their shared prefixes).
+
+    Every run of at least ``min_tokens`` tokens that two or more sequences share (after their
+    nearest shared ancestor) becomes a stem; shorter shared runs stay with their children.
+    Returns the stems, parents before children, and each sequence's deepest stem (None: it
+    shares nothing). Running each stem once and each sequence only after its stem runs every
+    shared token once.
+    """
+    stems: list[_Stem] = []
+    stem_of: list[int | None] = [None] * len(sequences)
+    pending = [(list(range(len(sequences))), 0, None, 0)]  # members, depth, parent, its stop
+    while pending:
+        members, depth, parent, parent_stop = pending.pop()
+        groups: dict[int, list[int]] = {}
+        for job in members:
+            if len(sequences[job]) > depth:
+                groups.setdefault(sequences[job][depth], []).append(job)
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            first = sequences[group[0]]
+            stop = min(len(sequences[job]) for job in group)
+            for job in group[1:]:
+                other, shared = sequences[job], depth + 1
+                while shared < stop and other[shared] == first[shared]:
+                    shared += 1
+                stop = shared
+            here, here_stop = parent, parent_stop
+            if stop - parent_stop >= min_tokens:
+                stems.append(_Stem(parent_stop, stop, parent, group[0]))
+                here, here_stop = len(stems) - 1, stop
+                for job in group:
+                    stem_of[job] = here
+            pending.append((group, stop, here, here_stop))
+    return stems, stem_of
+
+
+def _run_batch(
+    body: Any,
+    keyword: str,
+    pad_id: int,
+    prefix_cache: Any,
+    shared: list[tuple[Tensor, Tensor]] | None,
+    cached: int,
+    items: list[tuple[list[int], list[tuple[Tensor, Tensor]] | None]],
+    record: bool,
+    config: Any,
+) -> tuple[Tensor, Any]:
+    """Run (ids, stem keys/values per layer or None) items as one right-padded batch after the
+    cached prompt; each item's positions continue after the prompt and its stem.
+
+    Returns the last hidden states (B, W, H) and the batch's cache (its layers' ``new`` states
+    when ``record``).
+    """
+    device = (shared[0][0] if shared else next(body.parameters())).device
+    stems = [stem for _, stem in items]
+    stem_lengths = [0 if stem is None else stem[0][0].shape[-2] for stem in stems]
+    stem_width = max(stem_lengths)
+    width = max(len(ids) for ids, _ in items)
+    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long, device=device)
+    attention = torch.zeros(
+        len(items), cached + stem_width + width, dtype=torch.long, device=device
+    )
+    attention[:, :cached] = 1
+    positions = torch.arange(width, device=device).repeat(len(items), 1)
+    for row, ((ids, _), stem_length) in enumerate(zip(items, stem_lengths, strict=True)):
+        input_ids[row, : len(ids)] = torch.tensor(ids, device=device)
+        attention[row, cached : cached + stem_length] = 1
+        attention[row, cached + stem_width : cached + stem_width + len(ids)] = 1
+        positions[row] += cached + stem_length
+    cache = _batch_cache(prefix_cache, shared, stems, record, config) if cached else None
+    hidden, _ = _run_body(
+        body,
+        keyword,
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        cache=cache,
+        use_cache=cached > 0,
+    )
+    return hidden, cache
+
+
+def _batches(lengths: Sequence[int], batch_size: int, slack: float = 0.25) -> list[list[int]]:
+    """Indices of ``lengths`` in batches of at most ``batch_size``, shortest first; a batch is
+    closed early when padding its rows to the longest would add more than ``slack`` of its
+    real tokens (a padded position costs as much as a real one)."""
+    order = sorted(range(len(lengths)), key=lambda index: lengths[index])
+    batches: list[list[int]] = []
+    real = 0
+    for index in order:
+        batch = batches[-1] if batches else None
+        if (
+            batch is None
+            or len(batch) == batch_size
+            or (len(batch) + 1) * lengths[index] > (1 + slack) * (real + lengths[index])
+        ):
+            batches.append([index])
+            real = lengths[index]
+        else:
+            batch.append(index)
+            real += lengths[index]
+    return batches
 
 
 def _replay_hidden(
@@ -356,13 +505,18 @@ def _replay_hidden(
     completions: list[list[int]],
     unique: list[list[int]],
     batch_size: int,
+    share_min_tokens: int | None = SHARE_MIN_TOKENS,
 ) -> list[Tensor | None]:
     """Last hidden states predicting each completion token, per row: Tensor[U_i, T_i, H].
 
     U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
-    reference context); None for a row with a single distinct context. Rows with the
-    same prefix share one prefix pass; their contexts run in right-padded batches reading its
-    KV cache (broadcast, not copied), with positions continuing after the prefix.
+    reference context); None for a row with a single distinct context. Rows with the same
+    prefix share one prefix pass, whose KV cache every context reads. Within a prefix, runs of
+    context tokens shared by several contexts (the same verifier information in several
+    contexts of a row, or in the rows of a group) are run once as stems
+    (``share_min_tokens`` tokens at least; None: no stems), and identical (context,
+    completion) pairs once. Each context then runs only what is its own, in right-padded
+    batches with positions continuing after the prefix and its stem.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
     keyword = _cache_keyword(body)
@@ -390,37 +544,80 @@ def _replay_hidden(
             ids = torch.tensor([prefix[:-1]], device=device)
             _, prefix_cache = _run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
             shared = _prefix_cache_for_batch(prefix_cache, model.config)
-        # (row, slot in unique[row], ids run after the cache, index of the first needed state)
-        jobs = []
+        # Distinct jobs (ids run after the cache, index of the state predicting the first
+        # completion token): identical (context, completion) pairs of different rows run once.
+        jobs: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
         for row in rows:
             for slot, context in enumerate(unique[row]):
                 suffix = contexts[row].suffixes[context]
-                ids = [prefix[-1], *suffix, *completions[row][:-1]]
-                jobs.append((row, slot, ids, len(suffix)))
-        jobs.sort(key=lambda job: len(job[2]))  # similar lengths together: less padding
-        for start in range(0, len(jobs), batch_size):
-            batch = jobs[start : start + batch_size]
-            width = max(len(job[2]) for job in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long, device=device)
-            attention = torch.zeros(len(batch), cached + width, dtype=torch.long, device=device)
-            attention[:, :cached] = 1
-            for b, (_, _, ids, _) in enumerate(batch):
-                input_ids[b, : len(ids)] = torch.tensor(ids, device=device)
-                attention[b, cached : cached + len(ids)] = 1
-            positions = torch.arange(cached, cached + width, device=device).expand(len(batch), -1)
-            cache = _batch_cache(prefix_cache, shared, len(batch), model.config) if cached else None
-            hidden, _ = _run_body(
-                body,
-                keyword,
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                cache=cache,
-                use_cache=cached > 0,
-            )
-            for b, (row, slot, _, first) in enumerate(batch):
-                out[row][slot] = hidden[b, first : first + len(completions[row])]
+                key = ((prefix[-1], *suffix, *completions[row][:-1]), len(suffix))
+                jobs.setdefault(key, []).append((row, slot))
+        keys = list(jobs)
+        # A job's shareable part ends before its last context token, whose state it needs.
+        stems, stem_of = (
+            _shared_stems([ids[:first] for ids, first in keys], share_min_tokens)
+            if shared is not None and share_min_tokens is not None
+            else ([], [None] * len(keys))
+        )
+        run = functools.partial(_run_batch, body, keyword, pad_id, prefix_cache, shared, cached)
+        stem_states = _run_stems(run, stems, [ids for ids, _ in keys], batch_size, model.config)
+
+        starts = [0 if stem is None else stems[stem].stop for stem in stem_of]
+        lengths = [len(ids) - begin for (ids, _), begin in zip(keys, starts, strict=True)]
+        for batch in _batches(lengths, batch_size):
+            items = [
+                (
+                    list(keys[job][0][starts[job] :]),
+                    None if stem_of[job] is None else stem_states[stem_of[job]],
+                )
+                for job in batch
+            ]
+            hidden, _ = run(items, False, model.config)
+            for b, job in enumerate(batch):
+                (ids, first), begin = keys[job], starts[job]
+                states = hidden[b, first - begin : len(ids) - begin]
+                for row, slot in jobs[keys[job]]:
+                    out[row][slot] = states
     return out
+
+
+def _run_stems(
+    run: Any, stems: list[_Stem], sequences: list[tuple[int, ...]], batch_size: int, config: Any
+) -> list[list[tuple[Tensor, Tensor]]]:
+    """Each stem's keys/values per layer, (1, heads, stop, head_dim): its ancestors' then its
+    own tokens'. Stems of one depth run in batches, after their parents' depth."""
+    states: list[list[tuple[Tensor, Tensor]]] = []
+    depth: list[int] = []
+    for stem in stems:  # parents come first
+        depth.append(0 if stem.parent is None else depth[stem.parent] + 1)
+        states.append([])
+    for level in range(max(depth, default=-1) + 1):
+        todo = [index for index, d in enumerate(depth) if d == level]
+        lengths = [stems[s].stop - stems[s].start for s in todo]
+        for batch in _batches(lengths, batch_size):
+            batch = [todo[at] for at in batch]
+            items = [
+                (
+                    list(sequences[stems[s].source][stems[s].start : stems[s].stop]),
+                    None if stems[s].parent is None else states[stems[s].parent],
+                )
+                for s in batch
+            ]
+            _, cache = run(items, True, config)
+            for b, s in enumerate(batch):
+                length = stems[s].stop - stems[s].start
+                parent = items[b][1]
+                for layer_index, layer in enumerate(cache.layers):
+                    new = [part[b : b + 1, :, :length] for part in layer.new]
+                    states[s].append(
+                        tuple(
+                            new[w].clone()
+                            if parent is None
+                            else torch.cat([parent[layer_index][w], new[w]], dim=-2)
+                            for w in (0, 1)
+                        )
+                    )
+    return states
 
 
 def _chunks(sizes: dict[int, int], chunk_size: int) -> list[list[tuple[int, int, int]]]:
@@ -491,6 +688,7 @@ def replay_distances(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     batch_size: int = DEFAULT_BATCH_SIZE,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    share_information: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -507,6 +705,10 @@ def replay_distances(
             chunk (bounds memory).
         batch_size: contexts per forward pass (bounds memory).
         chat_template_kwargs: extra keyword arguments for ``apply_chat_template``.
+        share_information: run once the information tokens that several contexts of a prompt
+            share (the same text in several contexts of a row, or in several rows of a
+            group: a format rule, a schema, a reference) and let each context read their keys
+            and values. The result is the same; False runs every context whole (a check).
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -541,7 +743,15 @@ def replay_distances(
         with torch.no_grad():
             for row, ids in enumerate(completions):
                 mask[row, : len(ids)] = 1
-            hidden = _replay_hidden(model, pad_id, contexts, completions, unique, batch_size)
+            hidden = _replay_hidden(
+                model,
+                pad_id,
+                contexts,
+                completions,
+                unique,
+                batch_size,
+                SHARE_MIN_TOKENS if share_information else None,
+            )
             _chunked_distances(model, hidden, slot_of, chunk_size, distance)
     finally:
         model.train(was_training)
