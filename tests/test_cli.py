@@ -157,6 +157,48 @@ def test_eval_batching_does_not_change_greedy_completions(
     assert completions[0] == completions[1]
 
 
+def test_eval_sampling_gives_num_samples_per_prompt_seeded(
+    echo_task, tiny_model_dir, tmp_path, capsys
+):
+    """--temperature/--num_samples: each prompt's samples together, the same for the same seed,
+    and not all equal to the greedy completion."""
+    reports = {}
+    for name, flags in [
+        ("greedy", []),
+        ("a", ["--temperature", "1.0", "--num_samples", "3"]),
+        ("b", ["--temperature", "1.0", "--num_samples", "3"]),
+        ("seed1", ["--temperature", "1.0", "--num_samples", "3", "--seed", "1"]),
+    ]:
+        out = tmp_path / name
+        argv = ["eval", "--task", "echo", "--model_name_or_path", str(tiny_model_dir),
+                "--max_examples", "2", "--max_new_tokens", "8", "--batch_size", "4",
+                "--output_dir", str(out), *flags]  # fmt: skip
+        code, stdout, _ = run_cli(argv, capsys)
+        assert code == 0
+        reports[name] = json.loads((out / "eval.json").read_text())
+    sampled = reports["a"]["examples"]
+    assert len(sampled) == 6 and reports["a"]["decoding"] == "3 samples per prompt at temperature 1"
+    assert [e["prompt"][1]["content"] for e in sampled] == ["The number is 0."] * 3 + [
+        "The number is 1."
+    ] * 3
+    # The echo task's "number" column travels with each sample: odd rows are not applicable.
+    assert [e["verdicts"]["mentions_number"]["score"] is None for e in sampled] == [False] * 3 + [
+        True
+    ] * 3
+    texts = [e["completion"] for e in sampled]
+    assert texts == [e["completion"] for e in reports["b"]["examples"]]
+    assert texts != [e["completion"] for e in reports["seed1"]["examples"]]
+    greedy = [e["completion"] for e in reports["greedy"]["examples"]]
+    assert reports["greedy"]["decoding"] == "greedy" and len(greedy) == 2
+    assert set(texts) != {greedy[0], greedy[1]}
+    code, _, err = run_cli(
+        ["eval", "--task", "echo", "--model_name_or_path", str(tiny_model_dir),
+         "--num_samples", "2", "--output_dir", str(tmp_path / "bad")],
+        capsys,
+    )  # fmt: skip
+    assert code == 2 and "num_samples" in err
+
+
 def test_eval_prompt_ids_equal_trl_grpo_rendering(echo_task):
     """`mrtpo eval` tokenizes prompts exactly as TRL's GRPOTrainer does before generating."""
     from mrtpo.commands.eval import render_prompt_ids
@@ -449,12 +491,15 @@ def test_training_demo_runs_every_step_on_tiny_model(tiny_model_dir, tmp_path, c
     out = tmp_path / "demo"
     code, stdout, _ = run_cli(
         ["demo", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--eval_examples", "2",
-         "--max_steps", "1", "--sft_max_steps", "1"],
+         "--max_steps", "1", "--sft_max_steps", "1", "--with_base"],
         capsys,
     )  # fmt: skip
     assert code == 0
     for folder in ("eval-base", "eval-before", "eval-after"):
-        assert json.loads((out / folder / "eval.json").read_text())["num_examples"] == 2
+        report = json.loads((out / folder / "eval.json").read_text())
+        # 2 prompts x 2 samples at the training temperature.
+        assert report["num_examples"] == 2 and len(report["examples"]) == 4
+        assert report["decoding"] == "2 samples per prompt at temperature 1"
     assert (out / "sft" / "model.safetensors").is_file()
     assert (out / "train" / "curves.png").is_file()
     results = (out / "results.md").read_text()

@@ -62,7 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     from mrtpo import tasks
-    from mrtpo.commands.eval import generate_greedy, render_prompt_ids
+    from mrtpo.commands.eval import generate, render_prompt_ids
     from mrtpo.credit_analysis import (
         concentration,
         concentration_markdown,
@@ -89,9 +89,7 @@ def main(argv: list[str]) -> int:
 
     started = time.perf_counter()
     prompt_ids = render_prompt_ids(tokenizer, prompts)
-    completion_ids = generate_greedy(
-        model, tokenizer, prompt_ids, args.max_new_tokens, args.batch_size
-    )
+    completion_ids = generate(model, tokenizer, prompt_ids, args.max_new_tokens, args.batch_size)
     generated = time.perf_counter()
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
     verdicts = verify_rows(verifiers, texts, rows)

@@ -4,11 +4,15 @@ The embedded SmolLM2-135M-Instruct never writes the `<tool_call>` format on its 
 binary format reward has no variance and RL cannot start. The demo therefore runs, into
 `outputs/demo/`:
 
-1. `mrtpo eval` of the embedded model on the bundled tool-calling test split (`eval-base`);
-2. `mrtpo sft`: a short cold start that brings the sampled format rate into 0.2-0.6 (`sft`);
-3. `mrtpo eval` of that checkpoint: "before" (`eval-before`);
-4. `mrtpo train` with MRTPO from that checkpoint (`train`: metrics.jsonl, curves.png, model);
-5. `mrtpo eval` of the result: "after" (`eval-after`);
+1. `mrtpo sft`: a short cold start that brings the sampled format rate into 0.2-0.6 (`sft`);
+2. `mrtpo eval` of that checkpoint: "before" (`eval-before`);
+3. `mrtpo train` with MRTPO from that checkpoint (`train`: metrics.jsonl, curves.png, model);
+4. `mrtpo eval` of the result: "after" (`eval-after`);
+
+(`--with_base` also evaluates the embedded model first, `eval-base`: it scores 0.) The evals
+sample 2 completions per test prompt at temperature 1, as training samples: that is the
+distribution RL changes (greedy decoding of the cold-started model already keeps the format
+almost always; `mrtpo eval` decodes greedily unless told otherwise).
 
 then prints the before/after table (also written to `results.md`) and where `curves.png` is.
 
@@ -49,6 +53,8 @@ COLD_START = {
     "max_train_examples": 64,
 }
 EVAL_EXAMPLES = 32  # test prompts scored before and after (the same ones)
+EVAL_SAMPLING = {"temperature": 1.0, "num_samples": 2, "seed": 0}  # as `mrtpo train` samples
+RL_STEPS = 8  # MRTPO steps: the demo's budget (about 15 minutes in all on 2 cores)
 STEP_DIRS = ("eval-base", "sft", "eval-before", "train", "eval-after")
 
 
@@ -67,14 +73,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--max_steps",
         "--max-steps",
         type=int,
-        default=None,
-        help="MRTPO steps (default: mrtpo train's CPU default)",
+        default=RL_STEPS,
+        help=f"MRTPO steps (default {RL_STEPS})",
     )
     parser.add_argument(
         "--sft_max_steps", "--sft-max-steps", type=int, default=COLD_START["max_steps"]
     )
     parser.add_argument(
-        "--skip_base", "--skip-base", action="store_true", help="skip evaluating the base model"
+        "--with_base", "--with-base", action="store_true", help="also evaluate the base model"
     )
     args = parser.parse_args(argv)
     if args.eval_examples < 1:
@@ -137,9 +143,10 @@ def training_demo(args: argparse.Namespace) -> int:
     def eval_argv(model: str, folder: str) -> list[str]:
         return ["--task", DEMO_TASK, "--model_name_or_path", model, "--split", "test",
                 "--max_examples", str(args.eval_examples), "--max_new_tokens", max_new_tokens,
-                "--output_dir", str(root / folder)]  # fmt: skip
+                "--output_dir", str(root / folder),
+                *[f"--{key}={value}" for key, value in EVAL_SAMPLING.items()]]  # fmt: skip
 
-    if not args.skip_base:
+    if args.with_base:
         run_step(
             "eval base model",
             evaluate.main,
@@ -173,7 +180,10 @@ def training_demo(args: argparse.Namespace) -> int:
         path = root / folder / "eval.json"
         if path.is_file():
             columns[label] = json.loads(path.read_text())
-    title = f"{DEMO_TASK} test split, first {args.eval_examples} prompts, greedy"
+    title = (
+        f"{DEMO_TASK} test split, first {args.eval_examples} prompts, "
+        f"{EVAL_SAMPLING['num_samples']} samples each at temperature {EVAL_SAMPLING['temperature']:g}"
+    )
     print()
     Console().print(evaluate.summary_table(title, columns))
     results = root / "results.md"

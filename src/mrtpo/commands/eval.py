@@ -1,9 +1,10 @@
-"""`mrtpo eval`: greedy generation on a task's split, each verifier's mean and the headline.
+"""`mrtpo eval`: generation on a task's split, each verifier's mean and the headline.
 
 Prompts are rendered exactly as `mrtpo train` renders them: TRL's `GRPOTrainer` tokenizes the
 `prompt` messages with `tokenizer.apply_chat_template(..., add_generation_prompt=True)` and the
 same `chat_template_kwargs`, and decodes completions with `skip_special_tokens=True`. We do the
-same, generate greedily in left-padded batches, and score with the task's verifiers.
+same, generate in left-padded batches (greedily by default; `--temperature T --num_samples N`
+samples N completions per prompt as training does, seeded), and score with the task's verifiers.
 
 Writes `eval.json` (per-example prompt, completion and verdicts, plus the summary) into
 `output_dir` and prints a table.
@@ -55,6 +56,16 @@ class EvalArguments:
         default=None,
         metadata={"help": "JSON dict passed to the chat template, as in `mrtpo train`."},
     )
+    temperature: float = field(
+        default=0.0,
+        metadata={
+            "help": "0: greedy. Above 0: sample (no top-k/top-p cut, as `mrtpo train` samples)."
+        },
+    )
+    num_samples: int = field(
+        default=1, metadata={"help": "Completions per prompt (more than 1 needs a temperature)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the sampling."})
 
 
 def render_prompt_ids(
@@ -81,25 +92,47 @@ def render_prompt_ids(
 
 
 @torch.no_grad()
-def generate_greedy(
+def generate(
     model: Any,
     tokenizer: Any,
     prompt_ids: Sequence[Sequence[int]],
     max_new_tokens: int,
     batch_size: int = 8,
+    temperature: float = 0.0,
+    num_samples: int = 1,
+    seed: int = 0,
 ) -> list[list[int]]:
-    """Greedy completions (token ids, cut after the first eos) for left-padded batches."""
+    """Completions (token ids, cut after the first eos) for left-padded batches of prompts.
+
+    ``temperature`` 0 decodes greedily; above 0 it samples from the whole distribution (no
+    top-k/top-p cut, TRL's GRPO defaults), ``num_samples`` per prompt, seeded by ``seed``.
+    Returns ``len(prompt_ids) * num_samples`` completions, each prompt's samples together.
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if num_samples < 1 or (num_samples > 1 and temperature == 0):
+        raise ValueError(
+            f"num_samples must be 1 when greedy (temperature 0), or >= 1; got {num_samples}"
+        )
     eos_ids = model.generation_config.eos_token_id
     eos_ids = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids or [tokenizer.eos_token_id])
     pad_id = tokenizer.pad_token_id
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
+        if temperature > 0
+        else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    )
+    if temperature > 0:
+        torch.manual_seed(seed)
     model.eval()
+    rows = [ids for ids in prompt_ids for _ in range(num_samples)]
     completions: list[list[int]] = []
-    for start in range(0, len(prompt_ids), batch_size):
-        batch = prompt_ids[start : start + batch_size]
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
         width = max(len(ids) for ids in batch)
         input_ids = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in batch])
         attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch])
@@ -107,16 +140,20 @@ def generate_greedy(
             input_ids=input_ids.to(model.device),
             attention_mask=attention_mask.to(model.device),
             max_new_tokens=max_new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
             pad_token_id=pad_id,
+            **sampling,
         )
         for row in output[:, width:].tolist():
             cut = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
             completions.append(row[:cut])
     return completions
+
+
+def decoding(temperature: float, num_samples: int) -> str:
+    """How completions were decoded, in words (for reports)."""
+    if temperature == 0:
+        return "greedy"
+    return f"{num_samples} sample{'s' if num_samples > 1 else ''} per prompt at temperature {temperature:g}"
 
 
 def mean_applicable(scores: Sequence[float | None]) -> float | None:
@@ -133,12 +170,30 @@ def evaluate(
     batch_size: int = 8,
     max_new_tokens: int = 256,
     chat_template_kwargs: dict | None = None,
+    temperature: float = 0.0,
+    num_samples: int = 1,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Generate on every row of `dataset` and score: {"summary": ..., "examples": [...]}."""
-    prompts = list(dataset["prompt"])
-    columns = {name: list(dataset[name]) for name in dataset.column_names if name != "prompt"}
-    prompt_ids = render_prompt_ids(tokenizer, prompts, chat_template_kwargs)
-    completion_ids = generate_greedy(model, tokenizer, prompt_ids, max_new_tokens, batch_size)
+    """Generate on every row of `dataset` (``num_samples`` per row) and score:
+    {"verifiers": {name: mean}, "headline": {...}, "examples": [...]}."""
+    prompt_ids = render_prompt_ids(tokenizer, list(dataset["prompt"]), chat_template_kwargs)
+    completion_ids = generate(
+        model,
+        tokenizer,
+        prompt_ids,
+        max_new_tokens,
+        batch_size,
+        temperature=temperature,
+        num_samples=num_samples,
+        seed=seed,
+    )
+    # Each row repeated for its samples (verifiers and headlines see every sample).
+    prompts = [prompt for prompt in dataset["prompt"] for _ in range(num_samples)]
+    columns = {
+        name: [value for value in dataset[name] for _ in range(num_samples)]
+        for name in dataset.column_names
+        if name != "prompt"
+    }
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
     # TRL hands conversational prompts' completions to reward functions as messages.
     conversational = not isinstance(prompts[0], str)
@@ -226,7 +281,16 @@ def main(argv: list[str]) -> int:
 
     started = time.perf_counter()
     result = evaluate(
-        model, tokenizer, task, dataset, args.batch_size, args.max_new_tokens, chat_template_kwargs
+        model,
+        tokenizer,
+        task,
+        dataset,
+        args.batch_size,
+        args.max_new_tokens,
+        chat_template_kwargs,
+        temperature=args.temperature,
+        num_samples=args.num_samples,
+        seed=args.seed,
     )
     seconds = time.perf_counter() - started
 
@@ -239,11 +303,15 @@ def main(argv: list[str]) -> int:
         "data": args.data,
         "num_examples": len(dataset),
         "max_new_tokens": args.max_new_tokens,
+        "decoding": decoding(args.temperature, args.num_samples),
         "seconds": round(seconds, 1),
         **result,
     }
     (output_dir / "eval.json").write_text(json.dumps(report, indent=2, default=str))
-    print(f"{args.model_name_or_path} on {args.task} {args.split} ({len(dataset)} examples)")
+    print(
+        f"{args.model_name_or_path} on {args.task} {args.split} ({len(dataset)} examples, "
+        f"{decoding(args.temperature, args.num_samples)})"
+    )
     Console().print(summary_table(None, {"mean": result}))
     print(f"wrote {output_dir / 'eval.json'} in {seconds:.0f} s")
     return 0

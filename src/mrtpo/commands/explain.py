@@ -120,7 +120,7 @@ def explain_response(
     """The credit map of one response to `row` (greedy when `response_ids` is None) within a
     group of it and `num_samples` sampled responses; and the group (completion, scores)."""
     from mrtpo import advantages
-    from mrtpo.commands.eval import generate_greedy, render_prompt_ids
+    from mrtpo.commands.eval import generate, render_prompt_ids
     from mrtpo.credit_replay import (
         last_user_message,
         replay_rows,
@@ -132,7 +132,7 @@ def explain_response(
     names = [verifier.name for verifier in verifiers]
     prompt_ids = render_prompt_ids(tokenizer, [row["prompt"]])[0]
     if response_ids is None:
-        response_ids = generate_greedy(model, tokenizer, [prompt_ids], max_new_tokens, 1)[0]
+        response_ids = generate(model, tokenizer, [prompt_ids], max_new_tokens, 1)[0]
     group = [list(response_ids)]
     if num_samples:
         group += sample_completions(
