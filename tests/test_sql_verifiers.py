@@ -94,6 +94,27 @@ def test_wrong_table_scores_1_0_0_with_the_database_error(runner):
     assert verdicts[2].spans == verdicts[1].spans
 
 
+def test_executable_info_refers_to_a_schema_the_prompt_already_shows(runner):
+    """The bundled prompts hold the schema: the information says so instead of repeating it;
+    a prompt without the schema (or schema_in_info="always") gets the CREATE statements."""
+    from mrtpo.tasks import get
+
+    example = get("sql").load("test")[0]
+    completion = answer("SELECT name FROM customer")
+    shown = SqlExecutable(runner=runner).verify(completion, example)
+    assert shown.score == 0.0
+    assert shown.info == (
+        "Database schema: the one in the prompt.\nDatabase error: no such table: customer"
+    )
+    repeated = SqlExecutable(runner=runner, schema_in_info="always").verify(completion, example)
+    assert repeated.info.startswith("Database schema:\nCREATE TABLE")
+    assert repeated.info.endswith("no such table: customer") and repeated.score == 0.0
+    bare = {**example, "prompt": [{"role": "user", "content": "Question: the customers?"}]}
+    assert SqlExecutable(runner=runner).verify(completion, bare).info == repeated.info
+    with pytest.raises(ValueError, match="schema_in_info"):
+        SqlExecutable(schema_in_info="never")
+
+
 def test_query_outside_the_tags_scores_format_zero(runner):
     query = "SELECT name FROM customers WHERE city = 'Paris'"
     for completion in [

@@ -43,18 +43,20 @@ class SqlTask(Task):
         self,
         response_format: ResponseFormat = DEFAULT_FORMAT,
         runner: QueryRunner | None = None,
+        schema_in_info: str = "unless_in_prompt",
         **sandbox_options: Any,
     ) -> list[Verifier]:
         """[SqlFormat, SqlExecutable, SqlExecution]. The two execution verifiers share one
         `QueryRunner` (the process-wide one unless `runner` or sandbox options such as
-        `time_budget_s=1.0` are given), so each query runs once."""
+        `time_budget_s=1.0` are given), so each query runs once. `schema_in_info`: see
+        `SqlExecutable`."""
         if runner is None and sandbox_options:
             runner = QueryRunner(SqlSandbox(**sandbox_options))
         elif sandbox_options:
             raise ValueError("give either runner or sandbox options, not both")
         return [
             SqlFormat(response_format),
-            SqlExecutable(response_format, runner),
+            SqlExecutable(response_format, runner, schema_in_info),
             SqlExecution(response_format, runner),
         ]
 

@@ -282,19 +282,61 @@ class _ExecutingVerifier(Verifier):
         return f"Verdict: no query inside <{a}>...</{a}>, nothing was run."
 
 
+SCHEMA_IN_INFO = ("unless_in_prompt", "always")
+
+
+def _prompt_text(prompt: Any) -> str:
+    """A prompt's text: the string, or its chat messages' text contents joined."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        return "\n".join(
+            message["content"]
+            for message in prompt
+            if isinstance(message, Mapping) and isinstance(message.get("content"), str)
+        )
+    return ""
+
+
 class SqlExecutable(_ExecutingVerifier):
     """1 if the answer's query runs without error on the example's database, else 0
     (None when the database itself cannot be opened: not the response's fault).
 
-    Info: the schema (CREATE statements) and, on failure, the database's error. Spans: the query.
+    Info: the schema (CREATE statements) and, on failure, the database's error. With
+    ``schema_in_info="unless_in_prompt"`` (the default) a schema that the prompt already shows
+    verbatim is referred to instead of repeated: a second copy tells the policy nothing new,
+    so the replay's difference for this reward is then the verdict itself, and the contexts
+    are about 270 tokens shorter on the bundled database. ``"always"`` repeats it.
+    Spans: the query.
     """
 
     name = "sql_executable"
 
+    def __init__(
+        self,
+        response_format: ResponseFormat = DEFAULT_FORMAT,
+        runner: QueryRunner | None = None,
+        schema_in_info: str = "unless_in_prompt",
+    ) -> None:
+        super().__init__(response_format, runner)
+        if schema_in_info not in SCHEMA_IN_INFO:
+            raise ValueError(
+                f"schema_in_info must be one of {SCHEMA_IN_INFO}, got {schema_in_info!r}"
+            )
+        self.schema_in_info = schema_in_info
+
+    def _schema_info(self, db_path: str, example: Mapping[str, Any]) -> str:
+        schema = self.runner.schema(db_path)
+        if self.schema_in_info == "unless_in_prompt" and schema in _prompt_text(
+            example.get("prompt")
+        ):
+            return "Database schema: the one in the prompt."
+        return "Database schema:\n" + schema
+
     def verify(self, completion: str, example: Mapping[str, Any]) -> Verdict:
         db_path = _column(example, "db_path")
         try:
-            schema = "Database schema:\n" + self.runner.schema(db_path)
+            schema = self._schema_info(db_path, example)
         except ValueError as error:
             return Verdict(None, f"Database unavailable: {error}")
         query, spans = self._query(completion)
