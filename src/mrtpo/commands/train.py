@@ -78,15 +78,15 @@ class ColdStartArguments:
 # Sized for the embedded model on 2 CPU cores: ~10 minutes for the tool-calling task. One
 # generation of 2 prompts x 4 completions (96 new tokens) per optimizer step, trained in 2
 # micro-batches of 4 (a micro-batch of 8 peaks at ~17 GB of activations on CPU; this ~11 GB).
-# Measured: ~225 s a step on this project's shared build machine (load ~8 on 2 cores), where an
-# SFT step of 8 examples takes ~115 s against ~20 s on 2 free cores: so ~40 s a step on 2 free
-# cores, 15 steps ~10 minutes. Beta ramps over the first 5 steps (the paper's 10 on GPU recipes).
+# Measured (the demo's MRTPO run from the cold start, one torch thread, the other core idle):
+# 49-101 s a step, mostly generation; 8 steps 10.5 min. Beta ramps over the first 5 steps (the
+# paper's 10 on GPU recipes).
 CPU_DEFAULTS: dict[str, Any] = {
     "num_generations": 4,
     "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 2,
     "max_completion_length": 96,
-    "max_steps": 15,
+    "max_steps": 8,
     "mrtpo_warmup_steps": 5,
     "learning_rate": 2e-5,
     "lr_scheduler_type": "constant",
