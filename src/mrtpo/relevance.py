@@ -13,6 +13,11 @@ How it is kept cheap (the cost section of METHOD.md):
   G rows of a group share it); its KV cache is reused by all ``G * (K + 1)`` contexts, which
   only run (information + completion). Identical contexts of a row run once (e.g. an empty
   information string), and their distance is exactly 0.
+- The contexts of a prompt repeat the same information: a piece sits in K of a row's K + 1
+  contexts, and a format rule, a schema or a reference is the same in all G rows. Every run of
+  at least ``SHARE_MIN_TOKENS`` tokens that several contexts share after the prompt (the radix
+  tree of their token ids) runs once, as a stem whose keys/values those contexts read; each
+  context then runs only what is its own. Same tokens at the same positions: the same result.
 - Only the last hidden states are kept; the vocabulary projection, log-softmax and JS distance
   run over chunks of ``chunk_size`` positions, so ``(rows, K + 1, T, V)`` never exists at once.
 ``naive_replay_distances`` is the straightforward reference (every full context from scratch,
