@@ -469,7 +469,7 @@ def test_copied_prefix_cache_fallback_matches(sharp, rows, monkeypatch):
     model, tokenizer = sharp
     prompts, completions, infos = rows
     shared, _ = replay_distances(model, tokenizer, prompts, completions, infos, batch_size=5)
-    monkeypatch.setattr(relevance, "_prefix_cache_for_batch", lambda *args: None)
+    monkeypatch.setattr(relevance, "_plain_layers", lambda *args: None)
     copied, _ = replay_distances(model, tokenizer, prompts, completions, infos, batch_size=5)
     torch.testing.assert_close(copied, shared, atol=1e-6, rtol=0)
     assert shared.max() > 0.1

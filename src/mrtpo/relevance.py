@@ -348,11 +348,6 @@ def _plain_layers(prefix_cache: Any) -> list[tuple[Tensor, Tensor]] | None:
     return [(layer.keys, layer.values) for layer in prefix_cache.layers]
 
 
-def _prefix_cache_for_batch(prefix_cache: Any, config: Any) -> Any:
-    """Per layer, the prefix's keys/values to share across batches (None: copy per batch)."""
-    return _plain_layers(prefix_cache)
-
-
 def _batch_cache(
     prefix_cache: Any,
     shared: list[tuple[Tensor, Tensor]] | None,
@@ -548,7 +543,7 @@ def _replay_hidden(
         if cached:
             ids = torch.tensor([prefix[:-1]], device=device)
             _, prefix_cache = _run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
-            shared = _prefix_cache_for_batch(prefix_cache, model.config)
+            shared = _plain_layers(prefix_cache)
         # Distinct jobs (ids run after the cache, index of the state predicting the first
         # completion token): identical (context, completion) pairs of different rows run once.
         jobs: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
