@@ -114,9 +114,12 @@ def generate(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not math.isfinite(temperature):
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
-    if num_samples < 1 or (num_samples > 1 and temperature == 0):
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if num_samples > 1 and temperature == 0:
         raise ValueError(
-            f"num_samples must be 1 when greedy (temperature 0), or >= 1; got {num_samples}"
+            f"num_samples is {num_samples} but temperature is 0: greedy decoding gives one "
+            "completion per prompt; set a temperature above 0 to sample several"
         )
     eos_ids = model.generation_config.eos_token_id
     eos_ids = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids or [tokenizer.eos_token_id])

@@ -26,7 +26,7 @@ from mrtpo.tasks.sql_format import (
     parse_response,
     read_query_problem,
 )
-from mrtpo.verifiers import Verdict, Verifier
+from mrtpo.verifiers import Verdict, Verifier, completion_text
 
 PREVIEW_ROWS = 5  # reference rows shown in the execution verifier's information
 PREVIEW_VALUE_CHARS = 40
@@ -285,19 +285,6 @@ class _ExecutingVerifier(Verifier):
 SCHEMA_IN_INFO = ("unless_in_prompt", "always")
 
 
-def _prompt_text(prompt: Any) -> str:
-    """A prompt's text: the string, or its chat messages' text contents joined."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, Sequence):
-        return "\n".join(
-            message["content"]
-            for message in prompt
-            if isinstance(message, Mapping) and isinstance(message.get("content"), str)
-        )
-    return ""
-
-
 class SqlExecutable(_ExecutingVerifier):
     """1 if the answer's query runs without error on the example's database, else 0
     (None when the database itself cannot be opened: not the response's fault).
@@ -327,8 +314,9 @@ class SqlExecutable(_ExecutingVerifier):
 
     def _schema_info(self, db_path: str, example: Mapping[str, Any]) -> str:
         schema = self.runner.schema(db_path)
-        if self.schema_in_info == "unless_in_prompt" and schema in _prompt_text(
-            example.get("prompt")
+        # A prompt is text or chat messages, like a completion: the same reading.
+        if self.schema_in_info == "unless_in_prompt" and schema in completion_text(
+            example.get("prompt") or ""
         ):
             return "Database schema: the one in the prompt."
         return "Database schema:\n" + schema
