@@ -79,7 +79,7 @@ class ColdStartArguments:
 # generation of 2 prompts x 4 completions (96 new tokens) per optimizer step, trained in 2
 # micro-batches of 4 (a micro-batch of 8 peaks at ~17 GB of activations on CPU; this ~11 GB).
 # Measured (the demo's MRTPO run from the cold start, one torch thread, the other core idle):
-# 49-101 s a step, mostly generation; 8 steps 10.5 min. Beta ramps over the first 5 steps (the
+# 51-109 s a step, mostly generation; 8 steps 10.3 min. Beta ramps over the first 5 steps (the
 # paper's 10 on GPU recipes). Learning rate 1e-5: from the demo's cold start, 8 steps at 2e-5
 # (MRTPO or GDPO alike) raised the sampled rewards but cut the greedy format rate 0.97 -> 0.81;
 # at 1e-5 the sampled rewards still rise and greedy decoding keeps 0.97 (README).
