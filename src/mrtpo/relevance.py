@@ -433,13 +433,14 @@ def _shared_stems(
 def _run_batch(
     body: Any,
     keyword: str,
+    config: Any,
+    device: torch.device,
     pad_id: int,
     prefix_cache: Any,
     shared: list[tuple[Tensor, Tensor]] | None,
     cached: int,
     items: list[tuple[list[int], list[tuple[Tensor, Tensor]] | None]],
     record: bool,
-    config: Any,
 ) -> tuple[Tensor, Any]:
     """Run (ids, stem keys/values per layer or None) items as one right-padded batch after the
     cached prompt; each item's positions continue after the prompt and its stem.
@@ -447,7 +448,6 @@ def _run_batch(
     Returns the last hidden states (B, W, H) and the batch's cache (its layers' ``new`` states
     when ``record``).
     """
-    device = (shared[0][0] if shared else next(body.parameters())).device
     stems = [stem for _, stem in items]
     stem_lengths = [0 if stem is None else stem[0][0].shape[-2] for stem in stems]
     stem_width = max(stem_lengths)
@@ -559,8 +559,10 @@ def _replay_hidden(
             if shared is not None and share_min_tokens is not None
             else ([], [None] * len(keys))
         )
-        run = functools.partial(_run_batch, body, keyword, pad_id, prefix_cache, shared, cached)
-        stem_states = _run_stems(run, stems, [ids for ids, _ in keys], batch_size, model.config)
+        run = functools.partial(
+            _run_batch, body, keyword, model.config, device, pad_id, prefix_cache, shared, cached
+        )
+        stem_states = _run_stems(run, stems, [ids for ids, _ in keys], batch_size)
 
         starts = [0 if stem is None else stems[stem].stop for stem in stem_of]
         lengths = [len(ids) - begin for (ids, _), begin in zip(keys, starts, strict=True)]
@@ -572,7 +574,7 @@ def _replay_hidden(
                 )
                 for job in batch
             ]
-            hidden, _ = run(items, False, model.config)
+            hidden, _ = run(items, False)
             for b, job in enumerate(batch):
                 (ids, first), begin = keys[job], starts[job]
                 states = hidden[b, first - begin : len(ids) - begin]
@@ -582,7 +584,7 @@ def _replay_hidden(
 
 
 def _run_stems(
-    run: Any, stems: list[_Stem], sequences: list[tuple[int, ...]], batch_size: int, config: Any
+    run: Any, stems: list[_Stem], sequences: list[tuple[int, ...]], batch_size: int
 ) -> list[list[tuple[Tensor, Tensor]]]:
     """Each stem's keys/values per layer, (1, heads, stop, head_dim): its ancestors' then its
     own tokens'. Stems of one depth run in batches, after their parents' depth."""
@@ -603,7 +605,7 @@ def _run_stems(
                 )
                 for s in batch
             ]
-            _, cache = run(items, True, config)
+            _, cache = run(items, True)
             for b, s in enumerate(batch):
                 length = stems[s].stop - stems[s].start
                 parent = items[b][1]

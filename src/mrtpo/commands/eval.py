@@ -179,7 +179,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Generate on every row of `dataset` (``num_samples`` per row) and score:
     {"verifiers": {name: mean}, "headline": {...}, "examples": [...]}."""
-    prompt_ids = render_prompt_ids(tokenizer, list(dataset["prompt"]), chat_template_kwargs)
+    dataset_prompts = list(dataset["prompt"])
+    prompt_ids = render_prompt_ids(tokenizer, dataset_prompts, chat_template_kwargs)
     completion_ids = generate(
         model,
         tokenizer,
@@ -191,7 +192,7 @@ def evaluate(
         seed=seed,
     )
     # Each row repeated for its samples (verifiers and headlines see every sample).
-    prompts = [prompt for prompt in dataset["prompt"] for _ in range(num_samples)]
+    prompts = [prompt for prompt in dataset_prompts for _ in range(num_samples)]
     columns = {
         name: [value for value in dataset[name] for _ in range(num_samples)]
         for name in dataset.column_names
