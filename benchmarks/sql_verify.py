@@ -19,10 +19,10 @@ import re
 import statistics
 import time
 
-from mrtpo.sandbox import SqlSandbox
 from mrtpo.tasks.sql import TASK
-from mrtpo.tasks.sql_format import parse_response
-from mrtpo.tasks.sql_verifiers import QueryRunner, normalize_query
+from mrtpo.tasks.sql.response_format import parse_response
+from mrtpo.tasks.sql.sandbox import SqlSandbox
+from mrtpo.tasks.sql.verifiers import QueryRunner, normalize_query
 
 QUESTIONS = 64
 PER_QUESTION = 4

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mrtpo.credit import CreditMap, token_offsets, write_training_maps
-from mrtpo.credit_analysis import (
+from mrtpo.credit.analysis import (
     character_parts,
     concentration,
     concentration_markdown,
@@ -19,7 +19,7 @@ from mrtpo.credit_analysis import (
     localization_table,
     token_parts,
 )
-from mrtpo.credit_render import to_html, to_png, to_terminal, visible_text
+from mrtpo.credit.render import to_html, to_png, to_terminal, visible_text
 from mrtpo.verifiers import Verdict
 
 

@@ -7,11 +7,11 @@ import json
 from collections import Counter
 
 import pytest
+from build_data import instructions as build
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mrtpo.tasks
-from mrtpo.data.instructions import build
 from mrtpo.tasks.instructions import (
     DATA_DIR,
     MAX_BUNDLED_CONSTRAINTS,

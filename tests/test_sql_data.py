@@ -10,12 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from build_data import sql as build
 
-from mrtpo.data.sql import build
-from mrtpo.sandbox import SqlSandbox
 from mrtpo.tasks.sql import TASK
-from mrtpo.tasks.sql_data import BUNDLED_DIR, SYSTEM_PROMPT, load_bird, load_path, load_spider
-from mrtpo.tasks.sql_verifiers import QueryRunner
+from mrtpo.tasks.sql.data import BUNDLED_DIR, SYSTEM_PROMPT, load_bird, load_path, load_spider
+from mrtpo.tasks.sql.sandbox import SqlSandbox
+from mrtpo.tasks.sql.verifiers import QueryRunner
 
 SKILLS = {
     "filter",

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrtpo.sandbox import SandboxLimits, SqlSandbox, _authorize, _Connections
-from mrtpo.tasks.sql_data import BUNDLED_DIR
-from mrtpo.tasks.sql_verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
+from mrtpo.tasks.sql.data import BUNDLED_DIR
+from mrtpo.tasks.sql.sandbox import SandboxLimits, SqlSandbox, _authorize, _Connections
+from mrtpo.tasks.sql.verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
 
 BUDGET_S = 0.4
 GRACE_S = 0.4

@@ -7,11 +7,11 @@ import sqlite3
 import pytest
 
 import mrtpo.tasks
-from mrtpo.sandbox import QueryResult, SqlSandbox
 from mrtpo.tasks.sql import TASK, SqlTask
-from mrtpo.tasks.sql_data import BUNDLED_DIR, SYSTEM_PROMPT
-from mrtpo.tasks.sql_format import ResponseFormat, has_top_level_order_by, parse_response
-from mrtpo.tasks.sql_verifiers import (
+from mrtpo.tasks.sql.data import BUNDLED_DIR, SYSTEM_PROMPT
+from mrtpo.tasks.sql.response_format import ResponseFormat, has_top_level_order_by, parse_response
+from mrtpo.tasks.sql.sandbox import QueryResult, SqlSandbox
+from mrtpo.tasks.sql.verifiers import (
     QueryRunner,
     SqlExecutable,
     SqlExecution,

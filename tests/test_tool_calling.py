@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrtpo.tasks.tool_calling import TASK, ToolCallCorrectness, ToolCallFormat
-from mrtpo.tasks.tool_calling_data import bfcl_row
+from mrtpo.tasks.tool_calling.data import bfcl_row
 
 LIST_ITEMS = {
     "name": "list_items",

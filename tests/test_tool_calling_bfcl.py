@@ -7,9 +7,9 @@ import json
 import pytest
 
 from mrtpo.tasks.tool_calling import TASK, ToolCallCorrectness, ToolCallFormat
-from mrtpo.tasks.tool_calling_bfcl import function_by_name, reference_arguments, score_call
-from mrtpo.tasks.tool_calling_data import BFCL_CATEGORIES, bfcl_data_dir, load_bfcl
-from mrtpo.tasks.tool_calling_prompt import tool_functions
+from mrtpo.tasks.tool_calling.bfcl import function_by_name, reference_arguments, score_call
+from mrtpo.tasks.tool_calling.data import BFCL_CATEGORIES, bfcl_data_dir, load_bfcl
+from mrtpo.tasks.tool_calling.prompt import tool_functions
 
 # Rows whose answer names a parameter the function's schema lacks: BFCL's checker rejects any
 # call that passes it (unexpected parameter) and any call that omits it (not optional), so

@@ -6,12 +6,12 @@ import json
 from collections import Counter
 
 import pytest
+from build_data import tool_calling as build
 
-from mrtpo.data.tool_calling import build
 from mrtpo.tasks import get
 from mrtpo.tasks.tool_calling import TASK, load_bfcl, render_prompt
-from mrtpo.tasks.tool_calling_data import BUNDLED_DIR
-from mrtpo.tasks.tool_calling_prompt import SYSTEM_PROMPT, template_uses_tools, tools_text
+from mrtpo.tasks.tool_calling.data import BUNDLED_DIR
+from mrtpo.tasks.tool_calling.prompt import SYSTEM_PROMPT, template_uses_tools, tools_text
 
 FUNCTION = {
     "name": "book_table",

@@ -523,15 +523,16 @@ def test_resume_continues_steps_optimizer_and_scheduler(tmp_path):
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch, estimator):
-    credit = pytest.importorskip("mrtpo.credit")
+    import mrtpo.trainer as trainer_module
+
     received = []
-    original = credit.write_training_maps
+    original = trainer_module.write_training_maps
 
     def recording(output_dir, step, records):
         received.append((step, records))
         return original(output_dir, step, records)
 
-    monkeypatch.setattr(credit, "write_training_maps", recording)
+    monkeypatch.setattr(trainer_module, "write_training_maps", recording)
     trainer = train_mrtpo(
         tmp_path, credit_map_steps=1, mrtpo_warmup_steps=0, advantage_estimator=estimator
     )

@@ -23,7 +23,6 @@ the rows a single process would compute for the whole batch.
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from mrtpo import advantages
+from mrtpo.credit import write_training_maps
 from mrtpo.logging_callbacks import MetricsFileCallback
 from mrtpo.verifiers import Verdict, Verifier, completion_text
 
@@ -421,14 +421,14 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ credit maps
 
     def _credit_maps_due(self) -> bool:
-        """Every `credit_map_steps` optimizer steps (from step 0), when `mrtpo.credit` offers
-        `write_training_maps`. The same answer on every process."""
+        """Every `credit_map_steps` optimizer steps (from step 0). The same answer on every
+        process."""
         steps, step = self.args.credit_map_steps, self.state.global_step
         if steps == 0:
             return False
         if self._last_credit_step is not None and step - self._last_credit_step < steps:
             return False
-        return _training_maps_writer() is not None
+        return True
 
     def _write_credit_maps(
         self,
@@ -457,7 +457,7 @@ class MRTPOTrainer(GRPOTrainer):
         if not self.accelerator.is_main_process:
             return
         records = self._credit_records(output, rewards, group_size, local, weights, replays, chosen)
-        _training_maps_writer()(self.args.output_dir, self.state.global_step, records)
+        write_training_maps(self.args.output_dir, self.state.global_step, records)
 
     def _credit_records(
         self,
@@ -523,15 +523,6 @@ class MRTPOTrainer(GRPOTrainer):
                 }
             )
         return records
-
-
-def _training_maps_writer() -> Any:
-    """`mrtpo.credit.write_training_maps`, or None when that module or function is absent."""
-    try:
-        credit = importlib.import_module("mrtpo.credit")
-    except ImportError:
-        return None
-    return getattr(credit, "write_training_maps", None)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -5,7 +5,7 @@
 
 Generates the greedy response to each of the first n rows of the split (all rows if the split
 is smaller), verifies it, replays it (leave-one-out by default) and writes into `--out`:
-- `localization.md` / `.json`: the paper's Table 4 (see `mrtpo.credit_analysis`);
+- `localization.md` / `.json`: the paper's Table 4 (see `mrtpo.credit.analysis`);
 - `concentration.md` / `.json` / `.png`: the paper's Figure 6;
 - `maps.html`: the first `--maps` responses' credit maps, shaded by replay distance;
 - `responses.json`: every response with its scores.
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     from mrtpo import tasks
     from mrtpo.commands.eval import generate, render_prompt_ids
-    from mrtpo.credit_analysis import (
+    from mrtpo.credit.analysis import (
         concentration,
         concentration_markdown,
         concentration_png,
@@ -71,8 +71,8 @@ def main(argv: list[str]) -> int:
         localization_table,
         write_json,
     )
-    from mrtpo.credit_render import to_html
-    from mrtpo.credit_replay import distance_maps, replay_rows, reward_types, verify_rows
+    from mrtpo.credit.render import to_html
+    from mrtpo.credit.replay import distance_maps, replay_rows, reward_types, verify_rows
     from mrtpo.models import load_model
 
     command = "mrtpo analyze " + shlex.join(argv)

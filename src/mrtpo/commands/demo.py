@@ -242,7 +242,7 @@ def replay_demo(args: argparse.Namespace) -> int:
 
     from mrtpo.models import load_model
     from mrtpo.relevance import replay_distances
-    from mrtpo.tasks.sql_verifiers import SqlExecutable, SqlExecution, SqlFormat
+    from mrtpo.tasks.sql.verifiers import SqlExecutable, SqlExecution, SqlFormat
 
     model, tokenizer = load_model(args.model_name_or_path)
     messages = [

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from mrtpo.credit import CreditMap
+from mrtpo.credit.map import CreditMap
 from mrtpo.models import DEFAULT_MODEL
 
 
@@ -121,7 +121,7 @@ def explain_response(
     group of it and `num_samples` sampled responses; and the group (completion, scores)."""
     from mrtpo import advantages
     from mrtpo.commands.eval import generate, render_prompt_ids
-    from mrtpo.credit_replay import (
+    from mrtpo.credit.replay import (
         last_user_message,
         replay_rows,
         reward_types,
@@ -195,7 +195,7 @@ def explain_response(
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     from mrtpo import tasks
-    from mrtpo.credit_render import to_html, to_png, to_terminal
+    from mrtpo.credit.render import to_html, to_png, to_terminal
     from mrtpo.models import load_model
 
     task = tasks.get(args.task)

@@ -1,10 +1,11 @@
 """Multi-constraint instruction following (IFEval's constraint set), one reward per constraint.
 
+- `task`: `InstructionsTask` and `TASK`, what `mrtpo.tasks.get("instructions")` returns;
 - `checkers`: IFEval's 25 instruction checkers (strict mode), each returning a `Verdict`;
 - `slots`: `ConstraintSlot(k)`, the verifier for the k-th constraint of a row;
 - `loader`: `load_ifeval(path)` for IFEval/IFBench-shaped JSONL (the bundled data too);
 - bundled prompts: `src/mrtpo/data/instructions/{train,test}.jsonl`, made by
-  `python -m mrtpo.data.instructions.build`.
+  `python scripts/build_data/instructions.py`.
 
 Dataset columns: `prompt` (system + user messages), `key`, `instruction_id_list`, and `kwargs`
 as a list of JSON strings, one per instruction: the kwargs dicts of different instructions have
@@ -14,85 +15,24 @@ The data has no reference responses, so `reference_completion` is None and a sup
 start has nothing to train on for this task.
 """
 
-from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
-
-from datasets import Dataset
-
-from mrtpo.tasks.base import Task
 from mrtpo.tasks.instructions.checkers import CHECKERS, Constraint, build_constraint
-from mrtpo.tasks.instructions.loader import SYSTEM_PROMPT, load_ifeval
+from mrtpo.tasks.instructions.loader import load_ifeval
 from mrtpo.tasks.instructions.slots import ConstraintSlot
-from mrtpo.verifiers import Verdict
-
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "instructions"
-# The most constraints a bundled prompt has: the default number of reward slots.
-MAX_BUNDLED_CONSTRAINTS = 6
-
-PROMPT_LEVEL = "prompt-level strict accuracy"
-INSTRUCTION_LEVEL = "instruction-level strict accuracy"
-
-
-class InstructionsTask(Task):
-    name = "instructions"
-    system_prompt = SYSTEM_PROMPT
-    headline_name = PROMPT_LEVEL
-
-    def load(
-        self,
-        split: str = "train",
-        path: str | None = None,
-        skip_unknown: bool = False,
-        **kwargs: Any,
-    ) -> Dataset:
-        """The bundled split ("train" or "test"), or an IFEval/IFBench JSONL file at `path`."""
-        if kwargs:
-            raise ValueError(f"unexpected arguments {sorted(kwargs)} for the instructions task")
-        if path is not None:
-            return load_ifeval(path, skip_unknown=skip_unknown, system_prompt=self.system_prompt)
-        if split not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        return load_ifeval(DATA_DIR / f"{split}.jsonl", system_prompt=self.system_prompt)
-
-    def verifiers(
-        self, max_constraints: int = MAX_BUNDLED_CONSTRAINTS, **kwargs: Any
-    ) -> list[ConstraintSlot]:
-        """`max_constraints` slots: slot k scores the k-th constraint of each row."""
-        if kwargs:
-            raise ValueError(f"unexpected arguments {sorted(kwargs)} for the instructions task")
-        if (
-            isinstance(max_constraints, bool)
-            or not isinstance(max_constraints, int)
-            or max_constraints < 1
-        ):
-            raise ValueError(f"max_constraints must be an int >= 1, got {max_constraints!r}")
-        return [ConstraintSlot(k) for k in range(max_constraints)]
-
-    def reference_completion(self, example: Mapping[str, Any]) -> str | None:
-        """None: instruction-following data has no reference responses (no cold start)."""
-        return None
-
-    def headline(self, verdicts: Sequence[Sequence[Verdict]]) -> dict[str, float]:
-        """IFEval's strict accuracies: prompt-level (share of rows whose applicable constraints
-        all score 1) and instruction-level (mean of all applicable constraint scores)."""
-        scores = [[v.score for v in row if v.score is not None] for row in verdicts]
-        all_scores = [s for row in scores for s in row]
-        prompt_level = (
-            sum(all(s >= 1.0 for s in row) for row in scores) / len(scores) if scores else 0.0
-        )
-        instruction_level = sum(all_scores) / len(all_scores) if all_scores else 0.0
-        return {PROMPT_LEVEL: prompt_level, INSTRUCTION_LEVEL: instruction_level}
-
-
-TASK = InstructionsTask()
+from mrtpo.tasks.instructions.task import (
+    DATA_DIR,
+    INSTRUCTION_LEVEL,
+    MAX_BUNDLED_CONSTRAINTS,
+    PROMPT_LEVEL,
+    TASK,
+    InstructionsTask,
+)
 
 __all__ = [
     "CHECKERS",
     "DATA_DIR",
+    "INSTRUCTION_LEVEL",
     "MAX_BUNDLED_CONSTRAINTS",
+    "PROMPT_LEVEL",
     "TASK",
     "Constraint",
     "ConstraintSlot",

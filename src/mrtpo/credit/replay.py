@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mrtpo.credit import CreditMap
+from mrtpo.credit.map import CreditMap
 from mrtpo.verifiers import Verdict, Verifier
 
 

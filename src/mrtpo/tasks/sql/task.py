@@ -3,11 +3,11 @@
 The response holds optional reasoning in <think>...</think> and one query in
 <answer>...</answer>; three binary rewards judge it: format (`SqlFormat`), executability
 (`SqlExecutable`) and execution match with the reference (`SqlExecution`). Queries run in a
-read-only sandbox (`mrtpo.sandbox`). Data: the bundled shop database (`load()`), or a Spider or
+read-only sandbox (`mrtpo.tasks.sql.sandbox`). Data: the bundled shop database (`load()`), or a Spider or
 BIRD folder (`load(split, path=...)`).
 
 Modules: `sql_format` (response layout), `sql_verifiers` (verifiers, shared execution cache),
-`sql_data` (loaders), `mrtpo.sandbox` (the sandbox), `mrtpo/data/sql/build.py` (bundled data).
+`sql_data` (loaders), `mrtpo.tasks.sql.sandbox` (the sandbox), `scripts/build_data/sql.py` (bundled data).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 
 from datasets import Dataset
 
-from mrtpo.sandbox import SqlSandbox
 from mrtpo.tasks.base import Task
-from mrtpo.tasks.sql_data import SYSTEM_PROMPT, load_bird, load_bundled, load_path, load_spider
-from mrtpo.tasks.sql_format import DEFAULT_FORMAT, ResponseFormat
-from mrtpo.tasks.sql_verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
+from mrtpo.tasks.sql.data import SYSTEM_PROMPT, load_bird, load_bundled, load_path, load_spider
+from mrtpo.tasks.sql.response_format import DEFAULT_FORMAT, ResponseFormat
+from mrtpo.tasks.sql.sandbox import SqlSandbox
+from mrtpo.tasks.sql.verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
 from mrtpo.verifiers import Verdict, Verifier
 
 

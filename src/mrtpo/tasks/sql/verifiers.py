@@ -18,14 +18,14 @@ from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mrtpo.sandbox import QueryResult, SqlSandbox, read_schema
-from mrtpo.tasks.sql_format import (
+from mrtpo.tasks.sql.response_format import (
     DEFAULT_FORMAT,
     ResponseFormat,
     has_top_level_order_by,
     parse_response,
     read_query_problem,
 )
+from mrtpo.tasks.sql.sandbox import QueryResult, SqlSandbox, read_schema
 from mrtpo.verifiers import Verdict, Verifier, completion_text
 
 PREVIEW_ROWS = 5  # reference rows shown in the execution verifier's information

@@ -21,11 +21,11 @@ from typing import Any
 from datasets import Dataset
 
 from mrtpo.tasks.base import Task
-from mrtpo.tasks.tool_calling_bfcl import function_by_name, reference_arguments, score_calls
-from mrtpo.tasks.tool_calling_data import BUNDLED_DIR, load_bfcl
-from mrtpo.tasks.tool_calling_json import Span, merge_spans
-from mrtpo.tasks.tool_calling_prompt import SYSTEM_PROMPT, render_prompt, tool_functions
-from mrtpo.tasks.tool_calling_response import Response, parse_response
+from mrtpo.tasks.tool_calling.bfcl import function_by_name, reference_arguments, score_calls
+from mrtpo.tasks.tool_calling.data import BUNDLED_DIR, load_bfcl
+from mrtpo.tasks.tool_calling.json_spans import Span, merge_spans
+from mrtpo.tasks.tool_calling.prompt import SYSTEM_PROMPT, render_prompt, tool_functions
+from mrtpo.tasks.tool_calling.response import Response, parse_response
 from mrtpo.verifiers import Verdict, Verifier
 
 CALL_SYNTAX = (

@@ -21,9 +21,9 @@ from typing import Any
 
 from datasets import Dataset
 
-from mrtpo.tasks.tool_calling_prompt import SYSTEM_PROMPT, function_tool, system_message
+from mrtpo.tasks.tool_calling.prompt import SYSTEM_PROMPT, function_tool, system_message
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "tool_calling"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "data" / "tool_calling"
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
 
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from datasets import Dataset
 
-from mrtpo.sandbox import read_schema
+from mrtpo.tasks.sql.sandbox import read_schema
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "sql"
+BUNDLED_DIR = Path(__file__).resolve().parents[2] / "data" / "sql"
 BUNDLED_SPLITS = ("train", "test")
 
 SYSTEM_PROMPT = (
@@ -240,7 +240,7 @@ def load_bundled(split: str = "train", system_prompt: str = SYSTEM_PROMPT) -> Da
         raise ValueError(f"split must be one of {list(BUNDLED_SPLITS)}, got {split!r}")
     path = BUNDLED_DIR / f"{split}.jsonl"
     if not path.is_file():
-        raise ValueError(f"missing file: {path} (run `python -m mrtpo.data.sql.build`)")
+        raise ValueError(f"missing file: {path} (run `python scripts/build_data/sql.py`)")
     examples = [
         json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
     ]

@@ -1,6 +1,6 @@
 """Build the bundled text-to-SQL data: a small shop database and question/SQL pairs.
 
-    python -m mrtpo.data.sql.build [--out DIR] [--seed N]
+    python scripts/build_data/sql.py [--out DIR] [--seed N]
 
 writes `shop.sqlite` (6 tables with foreign keys, about 7,000 rows), `train.jsonl` and
 `test.jsonl` (one {"id", "db_id", "skill", "question", "query"} object per line). Everything
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 DB_ID = "shop"
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "sql"
 SEED = 0
 PER_TEMPLATE = 10  # instances kept per template family
 TEST_EVERY = 5  # instance i of a family goes to test when i % TEST_EVERY == TEST_EVERY - 1

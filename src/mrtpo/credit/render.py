@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mrtpo.credit import CreditMap
+from mrtpo.credit.map import CreditMap
 
 POSITIVE_RGB = (33, 102, 172)  # blue
 NEGATIVE_RGB = (178, 24, 43)  # red

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mrtpo.tasks.tool_calling_json import JsonError, ParsedJson, Span, parse_json
+from mrtpo.tasks.tool_calling.json_spans import JsonError, ParsedJson, Span, parse_json
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -1,4 +1,4 @@
-"""Generate the bundled tool-calling data: `python -m mrtpo.data.tool_calling.build [--out DIR]`.
+"""Generate the bundled tool-calling data: `python scripts/build_data/tool_calling.py [--out DIR]`.
 
 Deterministic (one seeded random generator, fixed iteration order). Writes BFCL-format JSON
 Lines, so the task reads them with the same loader as BFCL's own files:
@@ -26,7 +26,7 @@ from typing import Any
 SEED = 20240521
 COUNTS = {"simple": 140, "multiple": 120, "parallel": 80, "parallel_multiple": 80}
 TEST_EVERY = 5  # row i of a category is test when i % TEST_EVERY == TEST_EVERY - 1
-OUT_DIR = Path(__file__).resolve().parent
+OUT_DIR = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "tool_calling"
 
 Answer = dict[str, list[Any]]
 Request = tuple[str, Answer]  # (request sentence, the call's parameters with allowed values)

@@ -1,4 +1,4 @@
-"""Build the bundled instruction-following prompts: `python -m mrtpo.data.instructions.build`.
+"""Build the bundled instruction-following prompts: `python scripts/build_data/instructions.py`.
 
 Each prompt is a short writing task plus 1 to 6 IFEval constraints that can all hold at once:
 pairs that contradict each other are listed in `CONFLICTS` (e.g. all-lowercase vs a capital
@@ -24,7 +24,7 @@ from typing import Any
 
 from mrtpo.tasks.instructions.checkers import CONSTRAINED_RESPONSE_OPTIONS, build_constraint
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "instructions"
 N_PROMPTS = 400
 SEED = 0
 TEST_EVERY = 5  # prompt i goes to the test split when i % TEST_EVERY == TEST_EVERY - 1

@@ -6,17 +6,15 @@ completion text (the text the verifiers read), and per reward k = 1..K the repla
 verdict; plus the combined per-token advantage `A[t]` and, optionally, GDPO's uniform
 advantage of the same response (the paper's Figure 2).
 
-Rendering lives in `mrtpo.credit_render` (HTML, PNG, terminal) and the statistics over many
-responses in `mrtpo.credit_analysis` (the paper's Table 4 and Figure 6). The trainer calls
-`write_training_maps` every `credit_map_steps` steps.
+Rendering lives in `mrtpo.credit.render` (HTML, PNG, terminal), the statistics over many
+responses in `mrtpo.credit.analysis` (the paper's Table 4 and Figure 6), and what the trainer
+writes every `credit_map_steps` steps in `mrtpo.credit.training`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -321,65 +319,3 @@ class CreditMap:
             distance=record["distance"],
             **optional,
         )
-
-
-def _mean_scores(maps: Sequence[CreditMap]) -> dict[str, float]:
-    """Each reward's mean score over the maps (rows where it applies)."""
-    totals: dict[str, list[float]] = {}
-    for credit_map in maps:
-        for name, verdict in zip(credit_map.names, credit_map.verdicts, strict=True):
-            if verdict.score is not None:
-                totals.setdefault(name, []).append(verdict.score)
-    return {name: float(np.mean(scores)) for name, scores in totals.items()}
-
-
-def write_training_maps(
-    output_dir: str | Path, step: int, records: Sequence[Mapping[str, Any] | CreditMap]
-) -> Path:
-    """Write the credit maps of a few training rows; (re)write the index of all steps.
-
-    Writes `output_dir/credit/step-XXXXX.html` (one section per row) and
-    `output_dir/credit/index.html` (every step written so far, its link and each reward's mean
-    score over its rows; the steps are remembered in `output_dir/credit/index.json`).
-    Returns the path of the step's page.
-
-    Each record is a `CreditMap` or a dict for one row of the batch:
-      prompt: str, or the chat messages (the last message's content is shown);
-      completion_ids: [T] the response token ids (may be right-padded, see mask);
-      tokenizer: the processing class that decodes them (offsets come from it);
-        or, instead of these two, tokens: [T] the token strings, concatenating to the text;
-      mask: optional [T] 1 on response tokens, 0 on padding;
-      text: optional, the completion text the verifiers read (default: the decoded ids);
-      names: [K] reward names;
-      distance: [K, T] replay distances q_{k,t};
-      weights: [K, T] MRTPO weights w_{k,t};
-      reward_advantages: [K] per-reward advantages Ã_k of this row;
-      token_advantages: [T] combined per-token advantage A_t;
-      verdicts: [K] Verdict(score, info, spans);
-      gdpo_advantage: optional float, GDPO's advantage of this row;
-      reward_weights: optional [K] reward weights c_k;
-      types: optional [K] each reward's kind of check (see `CreditMap.types`);
-      title: optional heading (e.g. "lowest reward").
-    Arrays may be lists, numpy arrays or torch tensors.
-    """
-    from mrtpo.credit_render import index_html, to_html  # here: credit_render imports this module
-
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
-    maps = [r if isinstance(r, CreditMap) else CreditMap.from_record(r) for r in records]
-    credit_dir = Path(output_dir) / "credit"
-    credit_dir.mkdir(parents=True, exist_ok=True)
-    page = credit_dir / f"step-{step:05d}.html"
-    page.write_text(to_html(maps, title=f"Credit maps, step {step}"), encoding="utf-8")
-
-    index_json = credit_dir / "index.json"
-    steps = json.loads(index_json.read_text(encoding="utf-8")) if index_json.exists() else []
-    steps = [entry for entry in steps if entry["step"] != step]
-    steps.append(
-        {"step": step, "page": page.name, "rows": len(maps), "rewards": _mean_scores(maps)}
-    )
-    steps.sort(key=lambda entry: entry["step"])
-    index_json.write_text(json.dumps(steps, indent=1), encoding="utf-8")
-
-    (credit_dir / "index.html").write_text(index_html(steps), encoding="utf-8")
-    return page

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mrtpo.credit import CreditMap
+from mrtpo.credit.map import CreditMap
 
 TOP_FRACTIONS = (0.01, 0.05, 0.10, 0.20)
 PARTS = ("tags", "reasoning", "answer", "other")

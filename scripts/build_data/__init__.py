@@ -1,0 +1,1 @@
+"""Builders of the bundled datasets in `src/mrtpo/data/` (not part of the installed package)."""

@@ -1,0 +1,13 @@
+"""Credit maps: where each reward's advantage lands on the tokens of a response.
+
+- `map`: `CreditMap`, one replayed response with its tokens' character ranges;
+- `render`: HTML (escaped), PNG and terminal views of credit maps;
+- `analysis`: statistics over many responses (localization table, concentration curves);
+- `replay`: verifying and replaying chosen responses outside training (`explain`, `analyze`);
+- `training`: what the trainer writes every `credit_map_steps` steps.
+"""
+
+from mrtpo.credit.map import CreditMap, token_offsets
+from mrtpo.credit.training import write_training_maps
+
+__all__ = ["CreditMap", "token_offsets", "write_training_maps"]

@@ -1,1 +1,0 @@
-"""Bundled instruction-following prompts and the script that builds them (`build.py`)."""

@@ -1,1 +1,0 @@
-"""The bundled text-to-SQL data and the script that builds it (`build.py`)."""
