@@ -235,7 +235,7 @@ def load_path(path: str | Path, split: str = "dev", **kwargs: Any) -> Dataset:
 
 
 def load_bundled(split: str = "train", system_prompt: str = SYSTEM_PROMPT) -> Dataset:
-    """The bundled shop data: split "train" or "test" (fixed; see data/sql/build.py)."""
+    """The bundled shop data: split "train" or "test" (fixed; see scripts/build_data/sql.py)."""
     if split not in BUNDLED_SPLITS:
         raise ValueError(f"split must be one of {list(BUNDLED_SPLITS)}, got {split!r}")
     path = BUNDLED_DIR / f"{split}.jsonl"

@@ -299,7 +299,7 @@ def _decode_result(data: bytes) -> QueryResult:
 
 
 def _child_main(limits: SandboxLimits) -> None:
-    """The child process (`python -m mrtpo.tasks.sql.sandbox LIMITS_JSON`): reads (db_path, query)
+    """The child process (`python -I sandbox.py LIMITS_JSON`): reads (db_path, query)
     requests from stdin, answers each with a marshalled `QueryResult` on stdout."""
     requests = Connection(os.dup(0), writable=False)
     answers = Connection(os.dup(1), readable=False)
@@ -323,8 +323,8 @@ def _child_main(limits: SandboxLimits) -> None:
 class _Child:
     """One worker's child process and its pipes; restarted after a kill or a crash.
 
-    A plain `python -m mrtpo.tasks.sql.sandbox` subprocess (not multiprocessing): it never re-imports
-    the user's main script.
+    A plain `python -I .../sandbox.py` subprocess (not multiprocessing): it never re-imports the
+    user's main script.
     """
 
     def __init__(self, limits: SandboxLimits) -> None:
@@ -336,7 +336,9 @@ class _Child:
 
     def start(self) -> None:
         """Start the child and wait until it is up (raises OSError if it does not start)."""
-        command = [sys.executable, "-m", "mrtpo.tasks.sql.sandbox", json.dumps(asdict(self.limits))]
+        # Run by path in isolated mode (-I): importing the package `mrtpo.tasks.sql` would load
+        # sqlglot and datasets into every child; this file needs the standard library only.
+        command = [sys.executable, "-I", __file__, json.dumps(asdict(self.limits))]
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert process.stdin is not None and process.stdout is not None
         self.requests = Connection(os.dup(process.stdin.fileno()), readable=False)

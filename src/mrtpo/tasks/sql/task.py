@@ -3,11 +3,8 @@
 The response holds optional reasoning in <think>...</think> and one query in
 <answer>...</answer>; three binary rewards judge it: format (`SqlFormat`), executability
 (`SqlExecutable`) and execution match with the reference (`SqlExecution`). Queries run in a
-read-only sandbox (`mrtpo.tasks.sql.sandbox`). Data: the bundled shop database (`load()`), or a Spider or
-BIRD folder (`load(split, path=...)`).
-
-Modules: `sql_format` (response layout), `sql_verifiers` (verifiers, shared execution cache),
-`sql_data` (loaders), `mrtpo.tasks.sql.sandbox` (the sandbox), `scripts/build_data/sql.py` (bundled data).
+read-only sandbox (`sandbox`). Data: the bundled shop database (`load()`), or a Spider or BIRD
+folder (`load(split, path=...)`); the bundled data is built by `scripts/build_data/sql.py`.
 """
 
 from __future__ import annotations

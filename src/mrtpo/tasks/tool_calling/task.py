@@ -3,11 +3,8 @@
 The model answers a request with Hermes / Qwen2.5-style calls,
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (an optional `<think>` block first),
 choosing among the functions its system message offers. Correctness follows BFCL's AST
-checker (see `tool_calling_bfcl`), so a response scores 1.0 exactly when BFCL would accept it.
-
-Pieces: `tool_calling_json` (JSON with positions), `tool_calling_response` (blocks of a
-response), `tool_calling_bfcl` (BFCL's rules with partial credit), `tool_calling_prompt`
-(schemas in the prompt), `tool_calling_data` (BFCL files and the bundled data).
+checker (see `bfcl`), so a response scores 1.0 exactly when BFCL would accept it. The other
+modules of the package are listed in its docstring.
 """
 
 from __future__ import annotations
