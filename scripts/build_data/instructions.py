@@ -8,8 +8,8 @@ arguments clash (at most 40 words but at least 6 sentences; fewer than 3 "z" whi
 holds a "z"; a forbidden word inside a required phrase). Everything is drawn from one seeded
 `random.Random`, so the output is byte-for-byte reproducible.
 
-Files (IFEval's layout, read by `load_ifeval`): `train.jsonl` and `test.jsonl` next to this
-script; every fifth prompt goes to the test split.
+Files (IFEval's layout, read by `load_ifeval`): `train.jsonl` and `test.jsonl` in
+src/mrtpo/data/instructions (or `--out DIR`); every fifth prompt goes to the test split.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from mrtpo.tasks.instructions.checkers import CONSTRAINED_RESPONSE_OPTIONS, build_constraint
 
-HERE = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "instructions"
+OUT_DIR = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "instructions"
 N_PROMPTS = 400
 SEED = 0
 TEST_EVERY = 5  # prompt i goes to the test split when i % TEST_EVERY == TEST_EVERY - 1
@@ -388,7 +388,7 @@ def write_jsonl(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", type=Path, default=HERE, help="folder for train.jsonl and test.jsonl"
+        "--out", type=Path, default=OUT_DIR, help="folder for train.jsonl and test.jsonl"
     )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

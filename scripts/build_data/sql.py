@@ -16,11 +16,13 @@ import hashlib
 import json
 import random
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DB_ID = "shop"
-HERE = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "sql"
+OUT_DIR = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "sql"
 SEED = 0
 PER_TEMPLATE = 10  # instances kept per template family
 TEST_EVERY = 5  # instance i of a family goes to test when i % TEST_EVERY == TEST_EVERY - 1
@@ -217,441 +219,323 @@ def write_database(path: Path, rows: dict[str, list[tuple]]) -> None:
 
 # -- question templates ------------------------------------------------------------------
 # Each family yields (question, query) candidates in a fixed order; the first PER_TEMPLATE with
-# a non-empty result are kept.
+# a non-empty result are kept. A family is one `Family` entry in `FAMILIES`.
 
 Candidates = Iterator[tuple[str, str]]
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A template family: where its values come from and the (question, query) pairs they fill.
+
+    `over` and `pick` map a placeholder to its values: the name of a list in `value_pools`, or
+    the values themselves. Candidates come from nested loops over `over` (first entry outermost,
+    each loop shuffled as it starts), all of it run `repeat` times; for each combination, one
+    `rng.choice` per `pick` entry (in order), then `derive` adds values computed from those, and
+    every pair in `templates` is filled in with `str.format`.
+    """
+
+    skill: str
+    templates: Sequence[tuple[str, str]]
+    over: Mapping[str, str | Sequence[Any]] = field(default_factory=dict)
+    pick: Mapping[str, str | Sequence[Any]] = field(default_factory=dict)
+    derive: Callable[[Values], Values] | None = None
+    repeat: int = 1
+
+
+ROUND_PRICES = [float(p) for p in range(20, 190, 5)]  # whole-dollar price thresholds
+
+# fmt: off
+FAMILIES = [
+    # -- filter
+    Family("filter", over={"city": "cities"}, templates=[
+        ("What are the names of the customers who live in {city}?",
+         "SELECT name FROM customers WHERE city = '{city}'"),
+    ]),
+    Family("filter", over={"cat": "categories", "stock": [20, 50, 100]}, templates=[
+        ("List the names of the {cat} products with more than {stock} items in stock.",
+         "SELECT name FROM products WHERE category = '{cat}' AND stock > {stock}"),
+    ]),
+    Family("filter", over={"status": "statuses", "year": "years"}, templates=[
+        ("Give the ids of the orders with status '{status}' placed in {year}.",
+         "SELECT order_id FROM orders WHERE status = '{status}' AND order_date LIKE '{year}-%'"),
+    ]),
+    Family("filter", over={"country": "countries"}, templates=[
+        ("What are the names of the suppliers based in {country}?",
+         "SELECT name FROM suppliers WHERE country = '{country}'"),
+    ]),
+    Family("filter", over={"country": "countries", "year": "signup_years"}, templates=[
+        ("Which customers from {country} signed up in {year}? Give their names.",
+         "SELECT name FROM customers WHERE country = '{country}' AND signup_year = {year}"),
+    ]),
+    # -- comparison
+    Family("comparison", over={"price": "prices"}, templates=[
+        ("What are the names of the products that cost more than {price} dollars?",
+         "SELECT name FROM products WHERE price > {price}"),
+    ]),
+    Family("comparison", over={"price": "prices"}, templates=[
+        ("What are the names of the products that cost at least {price} dollars?",
+         "SELECT name FROM products WHERE price >= {price}"),
+    ]),
+    Family("comparison", over={"stock": "stocks"}, templates=[
+        ("Which products have fewer than {stock} items in stock? Give their names.",
+         "SELECT name FROM products WHERE stock < {stock}"),
+    ]),
+    Family("comparison", over={"stock": "stocks"}, templates=[
+        ("Which products have at most {stock} items in stock? Give their names.",
+         "SELECT name FROM products WHERE stock <= {stock}"),
+    ]),
+    Family("comparison", over={"city": "cities"}, pick={"year": range(2016, 2024)}, templates=[
+        ("Which customers from {city} signed up before {year}? Give their names.",
+         "SELECT name FROM customers WHERE city = '{city}' AND signup_year < {year}"),
+    ]),
+    Family("comparison", repeat=40,
+           pick={"year": "years", "month": range(1, 13), "day": range(1, 29)}, templates=[
+        ("How many orders were placed after {year}-{month:02d}-{day:02d}?",
+         "SELECT COUNT(*) FROM orders WHERE order_date > '{year}-{month:02d}-{day:02d}'"),
+    ]),
+    # -- between
+    Family("between", repeat=40, pick={"low": ROUND_PRICES, "step": [5.0, 10.0, 15.0, 20.0]},
+           derive=lambda v: {"high": v["low"] + v["step"]}, templates=[
+        ("What are the names of the products priced between {low} and {high} dollars, inclusive?",
+         "SELECT name FROM products WHERE price BETWEEN {low} AND {high}"),
+    ]),
+    Family("between", over={"city": "cities"}, pick={"first": range(2015, 2022)},
+           derive=lambda v: {"last": v["first"] + 3}, templates=[
+        ("Which customers from {city} signed up between {first} and {last}, inclusive? Give their names.",
+         "SELECT name FROM customers WHERE city = '{city}' AND signup_year BETWEEN {first} AND {last}"),
+    ]),
+    Family("between", repeat=40, pick={"year": "years", "month": range(1, 12)},
+           derive=lambda v: {"next_month": v["month"] + 1}, templates=[
+        ("How many orders were placed between {year}-{month:02d}-01 and {year}-{next_month:02d}-15, inclusive?",
+         "SELECT COUNT(*) FROM orders "
+         "WHERE order_date BETWEEN '{year}-{month:02d}-01' AND '{year}-{next_month:02d}-15'"),
+    ]),
+    # -- join
+    Family("join", over={"country": "countries", "cat": "categories"}, templates=[
+        ("What are the names of the {cat} products supplied by suppliers from {country}?",
+         "SELECT T1.name FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
+         "WHERE T2.country = '{country}' AND T1.category = '{cat}'"),
+    ]),
+    Family("join", over={"name": "customers"}, templates=[
+        ("What are the ids of the orders placed by {name}?",
+         "SELECT T1.order_id FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+         "WHERE T2.name = '{name}'"),
+    ]),
+    Family("join", over={"name": "customers"}, templates=[
+        ("Which products has {name} ordered? Give their distinct names.",
+         "SELECT DISTINCT T3.name FROM customers AS T1 JOIN orders AS T2 ON T1.customer_id = T2.customer_id "
+         "JOIN order_items AS T4 ON T2.order_id = T4.order_id JOIN products AS T3 ON T4.product_id = T3.product_id "
+         "WHERE T1.name = '{name}'"),
+    ]),
+    Family("join", over={"product": "products"}, pick={"rating": [4, 5]}, templates=[
+        ("What are the names of the customers who rated the product '{product}' {rating} or more?",
+         "SELECT T2.name FROM reviews AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+         "JOIN products AS T3 ON T1.product_id = T3.product_id WHERE T3.name = '{product}' AND T1.rating >= {rating}"),
+    ]),
+    Family("join", over={"product": "products"}, pick={"status": ["shipped", "pending"]}, templates=[
+        ("List the dates of the {status} orders that include the product '{product}'.",
+         "SELECT T1.order_date FROM orders AS T1 JOIN order_items AS T2 ON T1.order_id = T2.order_id "
+         "JOIN products AS T3 ON T2.product_id = T3.product_id WHERE T3.name = '{product}' AND T1.status = '{status}'"),
+    ]),
+    # -- aggregate
+    Family("aggregate", over={"city": "cities"}, templates=[
+        ("How many customers live in {city}?",
+         "SELECT COUNT(*) FROM customers WHERE city = '{city}'"),
+    ]),
+    Family("aggregate", over={"cat": "categories"}, templates=[
+        ("What is the average price of the products in the {cat} category?",
+         "SELECT AVG(price) FROM products WHERE category = '{cat}'"),
+        ("What is the total stock of the products in the {cat} category?",
+         "SELECT SUM(stock) FROM products WHERE category = '{cat}'"),
+    ]),
+    Family("aggregate", over={"supplier": "suppliers"}, templates=[
+        ("What is the highest price among the products supplied by {supplier}?",
+         "SELECT MAX(T1.price) FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
+         "WHERE T2.name = '{supplier}'"),
+    ]),
+    Family("aggregate", over={"product": "products"}, templates=[
+        ("What is the lowest rating given to the product '{product}'?",
+         "SELECT MIN(T1.rating) FROM reviews AS T1 JOIN products AS T2 ON T1.product_id = T2.product_id "
+         "WHERE T2.name = '{product}'"),
+    ]),
+    Family("aggregate", over={"product": "products"}, templates=[
+        ("How many units of '{product}' were ordered in total?",
+         "SELECT SUM(T1.quantity) FROM order_items AS T1 JOIN products AS T2 ON T1.product_id = T2.product_id "
+         "WHERE T2.name = '{product}'"),
+    ]),
+    Family("aggregate", over={"name": "customers"}, templates=[
+        ("How many orders has {name} placed?",
+         "SELECT COUNT(*) FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+         "WHERE T2.name = '{name}'"),
+    ]),
+    # -- group_by
+    Family("group_by", repeat=30, pick={"price": ROUND_PRICES}, templates=[
+        ("For each category, how many products cost more than {price} dollars? Give the category and the count.",
+         "SELECT category, COUNT(*) FROM products WHERE price > {price} GROUP BY category"),
+    ]),
+    Family("group_by", over={"year": "years", "month": range(1, 13)}, templates=[
+        ("For each status, how many orders were placed in month {month:02d} of {year}? Give the status and the count.",
+         "SELECT status, COUNT(*) FROM orders WHERE order_date LIKE '{year}-{month:02d}-%' GROUP BY status"),
+    ]),
+    Family("group_by", over={"country": "countries"}, templates=[
+        ("For each city in {country}, how many customers live there? Give the city and the count.",
+         "SELECT city, COUNT(*) FROM customers WHERE country = '{country}' GROUP BY city"),
+    ]),
+    Family("group_by", over={"country": "countries"}, templates=[
+        ("For each supplier from {country}, what is the average price of its products? Give the supplier name and the average.",
+         "SELECT T2.name, AVG(T1.price) FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
+         "WHERE T2.country = '{country}' GROUP BY T2.supplier_id"),
+    ]),
+    # -- having
+    Family("having", over={"n": range(8, 25)}, templates=[
+        ("Which cities have more than {n} customers?",
+         "SELECT city FROM customers GROUP BY city HAVING COUNT(*) > {n}"),
+    ]),
+    Family("having", over={"city": "cities"}, pick={"n": [4, 5, 6]}, templates=[
+        ("Which customers from {city} have placed at least {n} orders? Give their names.",
+         "SELECT T2.name FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+         "WHERE T2.city = '{city}' GROUP BY T2.customer_id HAVING COUNT(*) >= {n}"),
+    ]),
+    Family("having", repeat=40, pick={"price": [p / 2 + 50 for p in ROUND_PRICES]}, templates=[
+        ("Which categories have an average product price above {price} dollars?",
+         "SELECT category FROM products GROUP BY category HAVING AVG(price) > {price}"),
+    ]),
+    Family("having", over={"cat": "categories", "n": [5, 6, 7]}, templates=[
+        ("Which {cat} products have received at least {n} reviews? Give their names.",
+         "SELECT T2.name FROM reviews AS T1 JOIN products AS T2 ON T1.product_id = T2.product_id "
+         "WHERE T2.category = '{cat}' GROUP BY T2.product_id HAVING COUNT(*) >= {n}"),
+    ]),
+    # -- order_limit
+    Family("order_limit", over={"cat": "categories", "k": [2, 3, 4, 5]}, templates=[
+        ("What are the names of the {k} most expensive products in the {cat} category, most expensive first?",
+         "SELECT name FROM products WHERE category = '{cat}' ORDER BY price DESC LIMIT {k}"),
+    ]),
+    Family("order_limit", over={"country": "countries", "k": [3, 4, 5]}, templates=[
+        ("What are the names and prices of the {k} cheapest products from suppliers in {country}, cheapest first?",
+         "SELECT T1.name, T1.price FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
+         "WHERE T2.country = '{country}' ORDER BY T1.price LIMIT {k}"),
+    ]),
+    Family("order_limit", over={"cat": "categories"}, templates=[
+        ("List the names of the products in the {cat} category in alphabetical order.",
+         "SELECT name FROM products WHERE category = '{cat}' ORDER BY name"),
+    ]),
+    Family("order_limit", repeat=40, pick={"price": ROUND_PRICES}, templates=[
+        ("What is the name of the most expensive product that costs less than {price} dollars?",
+         "SELECT name FROM products WHERE price < {price} ORDER BY price DESC LIMIT 1"),
+    ]),
+    Family("order_limit", over={"name": "customers"}, templates=[
+        ("List the dates of the orders placed by {name}, most recent first.",
+         "SELECT T1.order_date FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+         "WHERE T2.name = '{name}' ORDER BY T1.order_date DESC"),
+    ]),
+    # -- nested
+    Family("nested", over={"cat": "categories"}, templates=[
+        ("Which products in the {cat} category cost more than the average price of all products? Give their names.",
+         "SELECT name FROM products WHERE category = '{cat}' AND price > (SELECT AVG(price) FROM products)"),
+        ("Which {cat} products have more items in stock than the average stock of all products? Give their names.",
+         "SELECT name FROM products WHERE category = '{cat}' AND stock > (SELECT AVG(stock) FROM products)"),
+    ]),
+    Family("nested", over={"city": "cities"}, pick={"status": ["cancelled", "pending"]}, templates=[
+        ("Which customers from {city} have never had an order with status '{status}'? Give their names.",
+         "SELECT name FROM customers WHERE city = '{city}' AND customer_id NOT IN "
+         "(SELECT customer_id FROM orders WHERE status = '{status}')"),
+    ]),
+    Family("nested", over={"cat": "categories"}, pick={"country": "countries"}, templates=[
+        ("Which {cat} products have never been reviewed by a customer from {country}? Give their names.",
+         "SELECT name FROM products WHERE category = '{cat}' AND product_id NOT IN "
+         "(SELECT T1.product_id FROM reviews AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
+         "WHERE T2.country = '{country}')"),
+    ]),
+    Family("nested", over={"cat": "categories"}, templates=[
+        ("Which products cost more than every product in the {cat} category? Give their names.",
+         "SELECT name FROM products WHERE price > (SELECT MAX(price) FROM products WHERE category = '{cat}')"),
+    ]),
+    Family("nested", over={"cat": "categories"}, templates=[
+        ("How many orders include the most expensive product of the {cat} category?",
+         "SELECT COUNT(*) FROM order_items WHERE product_id = "
+         "(SELECT product_id FROM products WHERE category = '{cat}' ORDER BY price DESC LIMIT 1)"),
+    ]),
+    # -- set_operation
+    Family("set_operation", over={"year": "signup_years"}, templates=[
+        ("Which countries have customers who signed up in {year} but no suppliers?",
+         "SELECT country FROM customers WHERE signup_year = {year} EXCEPT SELECT country FROM suppliers"),
+    ]),
+    Family("set_operation", over={"cat": "categories"},
+           pick={"price": [float(p) for p in range(4, 15)]}, templates=[
+        ("What are the names of the products that are in the {cat} category or cost less than {price} dollars?",
+         "SELECT name FROM products WHERE category = '{cat}' UNION SELECT name FROM products WHERE price < {price}"),
+    ]),
+    Family("set_operation", over={"city": "cities"}, templates=[
+        ("Which customers from {city} have both written a review and placed a pending order? Give their names.",
+         "SELECT T1.name FROM customers AS T1 JOIN reviews AS T2 ON T1.customer_id = T2.customer_id "
+         "WHERE T1.city = '{city}' INTERSECT SELECT T1.name FROM customers AS T1 JOIN orders AS T2 "
+         "ON T1.customer_id = T2.customer_id WHERE T1.city = '{city}' AND T2.status = 'pending'"),
+    ]),
+    Family("set_operation", over={"cat": "categories"}, templates=[
+        ("Which {cat} products have been rated 5 but never rated 1? Give their names.",
+         "SELECT T1.name FROM products AS T1 JOIN reviews AS T2 ON T1.product_id = T2.product_id "
+         "WHERE T1.category = '{cat}' AND T2.rating = 5 EXCEPT SELECT T1.name FROM products AS T1 "
+         "JOIN reviews AS T2 ON T1.product_id = T2.product_id WHERE T2.rating = 1"),
+    ]),
+]
+# fmt: on
 
 
 def _q(conn: sqlite3.Connection, sql: str) -> list[tuple]:
     return conn.execute(sql).fetchall()
 
 
-def families(
-    conn: sqlite3.Connection, rng: random.Random
-) -> list[tuple[str, Callable[[], Candidates]]]:
-    """(skill, candidate generator) for every template family."""
-    cities = [c for cs in CITIES.values() for c in cs]
-    countries = sorted(CITIES)
-    categories = sorted(NOUNS)
-    statuses = ["delivered", "shipped", "pending", "cancelled"]
-    prices = [p for (p,) in _q(conn, "SELECT price FROM products ORDER BY product_id")]
-    stocks = sorted({s for (s,) in _q(conn, "SELECT stock FROM products")})
-    customers = [n for (n,) in _q(conn, "SELECT name FROM customers ORDER BY customer_id")]
-    products = [n for (n,) in _q(conn, "SELECT name FROM products ORDER BY product_id")]
-    suppliers = [n for (n,) in _q(conn, "SELECT name FROM suppliers ORDER BY supplier_id")]
+def value_pools(conn: sqlite3.Connection) -> dict[str, list[Any]]:
+    """The named value lists a family's `over` and `pick` refer to."""
 
-    def shuffled(values: list) -> list:
-        values = list(values)
-        rng.shuffle(values)
-        return values
+    def column(sql: str) -> list[Any]:
+        return [value for (value,) in _q(conn, sql)]
 
-    def round_price() -> float:
-        return float(rng.choice(range(20, 190, 5)))
+    return {
+        "cities": [city for cities in CITIES.values() for city in cities],
+        "countries": sorted(CITIES),
+        "categories": sorted(NOUNS),
+        "statuses": ["delivered", "shipped", "pending", "cancelled"],
+        "years": YEARS,
+        "signup_years": list(range(2015, 2025)),
+        "prices": column("SELECT price FROM products ORDER BY product_id"),
+        "stocks": column("SELECT DISTINCT stock FROM products ORDER BY stock"),
+        "customers": column("SELECT name FROM customers ORDER BY customer_id"),
+        "products": column("SELECT name FROM products ORDER BY product_id"),
+        "suppliers": column("SELECT name FROM suppliers ORDER BY supplier_id"),
+    }
 
-    def f_city() -> Candidates:
-        for city in shuffled(cities):
-            yield (
-                f"What are the names of the customers who live in {city}?",
-                f"SELECT name FROM customers WHERE city = '{city}'",
-            )
 
-    def f_category() -> Candidates:
-        for cat in shuffled(categories):
-            for stock in shuffled([20, 50, 100]):
-                yield (
-                    f"List the names of the {cat} products with more than {stock} items in stock.",
-                    f"SELECT name FROM products WHERE category = '{cat}' AND stock > {stock}",
-                )
+def candidates(family: Family, pools: dict[str, list[Any]], rng: random.Random) -> Candidates:
+    """`family`'s (question, query) candidates, drawing from `rng` only as they are taken."""
 
-    def f_status_year() -> Candidates:
-        for status in shuffled(statuses):
-            for year in shuffled(YEARS):
-                yield (
-                    f"Give the ids of the orders with status '{status}' placed in {year}.",
-                    f"SELECT order_id FROM orders WHERE status = '{status}' AND order_date LIKE '{year}-%'",
-                )
+    def values_of(spec: str | Sequence[Any]) -> Sequence[Any]:
+        return pools[spec] if isinstance(spec, str) else spec
 
-    def f_supplier_country() -> Candidates:
-        for country in shuffled(countries):
-            yield (
-                f"What are the names of the suppliers based in {country}?",
-                f"SELECT name FROM suppliers WHERE country = '{country}'",
-            )
+    loops = [(name, values_of(spec)) for name, spec in family.over.items()]
+    for _ in range(family.repeat):
+        for values in _combinations(loops, rng):
+            for name, spec in family.pick.items():
+                values[name] = rng.choice(values_of(spec))
+            if family.derive is not None:
+                values.update(family.derive(values))
+            for question, query in family.templates:
+                yield question.format(**values), query.format(**values)
 
-    def f_country_year() -> Candidates:
-        for country in shuffled(countries):
-            for year in shuffled(list(range(2015, 2025))):
-                yield (
-                    f"Which customers from {country} signed up in {year}? Give their names.",
-                    f"SELECT name FROM customers WHERE country = '{country}' AND signup_year = {year}",
-                )
 
-    def c_more_than() -> Candidates:
-        for price in shuffled(prices):
-            yield (
-                f"What are the names of the products that cost more than {price} dollars?",
-                f"SELECT name FROM products WHERE price > {price}",
-            )
-
-    def c_at_least() -> Candidates:
-        for price in shuffled(prices):
-            yield (
-                f"What are the names of the products that cost at least {price} dollars?",
-                f"SELECT name FROM products WHERE price >= {price}",
-            )
-
-    def c_fewer() -> Candidates:
-        for stock in shuffled(stocks):
-            yield (
-                f"Which products have fewer than {stock} items in stock? Give their names.",
-                f"SELECT name FROM products WHERE stock < {stock}",
-            )
-
-    def c_at_most() -> Candidates:
-        for stock in shuffled(stocks):
-            yield (
-                f"Which products have at most {stock} items in stock? Give their names.",
-                f"SELECT name FROM products WHERE stock <= {stock}",
-            )
-
-    def c_city_before() -> Candidates:
-        for city in shuffled(cities):
-            year = rng.randint(2016, 2023)
-            yield (
-                f"Which customers from {city} signed up before {year}? Give their names.",
-                f"SELECT name FROM customers WHERE city = '{city}' AND signup_year < {year}",
-            )
-
-    def c_orders_after() -> Candidates:
-        for _ in range(40):
-            date = f"{rng.choice(YEARS)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-            yield (
-                f"How many orders were placed after {date}?",
-                f"SELECT COUNT(*) FROM orders WHERE order_date > '{date}'",
-            )
-
-    def b_price() -> Candidates:
-        for _ in range(40):
-            low = round_price()
-            high = low + float(rng.choice([5, 10, 15, 20]))
-            yield (
-                f"What are the names of the products priced between {low} and {high} dollars, inclusive?",
-                f"SELECT name FROM products WHERE price BETWEEN {low} AND {high}",
-            )
-
-    def b_signup() -> Candidates:
-        for city in shuffled(cities):
-            first = rng.randint(2015, 2021)
-            yield (
-                f"Which customers from {city} signed up between {first} and {first + 3}, inclusive? Give their names.",
-                f"SELECT name FROM customers WHERE city = '{city}' AND signup_year BETWEEN {first} AND {first + 3}",
-            )
-
-    def b_dates() -> Candidates:
-        for _ in range(40):
-            year, month = rng.choice(YEARS), rng.randint(1, 11)
-            start, end = f"{year}-{month:02d}-01", f"{year}-{month + 1:02d}-15"
-            yield (
-                f"How many orders were placed between {start} and {end}, inclusive?",
-                f"SELECT COUNT(*) FROM orders WHERE order_date BETWEEN '{start}' AND '{end}'",
-            )
-
-    def j_supplier_country() -> Candidates:
-        for country in shuffled(countries):
-            for cat in shuffled(categories):
-                yield (
-                    f"What are the names of the {cat} products supplied by suppliers from {country}?",
-                    "SELECT T1.name FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
-                    f"WHERE T2.country = '{country}' AND T1.category = '{cat}'",
-                )
-
-    def j_orders_of() -> Candidates:
-        for name in shuffled(customers):
-            yield (
-                f"What are the ids of the orders placed by {name}?",
-                "SELECT T1.order_id FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
-                f"WHERE T2.name = '{name}'",
-            )
-
-    def j_products_of() -> Candidates:
-        for name in shuffled(customers):
-            yield (
-                f"Which products has {name} ordered? Give their distinct names.",
-                "SELECT DISTINCT T3.name FROM customers AS T1 JOIN orders AS T2 ON T1.customer_id = T2.customer_id "
-                "JOIN order_items AS T4 ON T2.order_id = T4.order_id JOIN products AS T3 ON T4.product_id = T3.product_id "
-                f"WHERE T1.name = '{name}'",
-            )
-
-    def j_reviewers() -> Candidates:
-        for product in shuffled(products):
-            rating = rng.choice([4, 5])
-            yield (
-                f"What are the names of the customers who rated the product '{product}' {rating} or more?",
-                "SELECT T2.name FROM reviews AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
-                f"JOIN products AS T3 ON T1.product_id = T3.product_id WHERE T3.name = '{product}' AND T1.rating >= {rating}",
-            )
-
-    def j_order_dates() -> Candidates:
-        for product in shuffled(products):
-            status = rng.choice(["shipped", "pending"])
-            yield (
-                f"List the dates of the {status} orders that include the product '{product}'.",
-                "SELECT T1.order_date FROM orders AS T1 JOIN order_items AS T2 ON T1.order_id = T2.order_id "
-                f"JOIN products AS T3 ON T2.product_id = T3.product_id WHERE T3.name = '{product}' AND T1.status = '{status}'",
-            )
-
-    def a_count_city() -> Candidates:
-        for city in shuffled(cities):
-            yield (
-                f"How many customers live in {city}?",
-                f"SELECT COUNT(*) FROM customers WHERE city = '{city}'",
-            )
-
-    def a_avg_category() -> Candidates:
-        for cat in shuffled(categories):
-            yield (
-                f"What is the average price of the products in the {cat} category?",
-                f"SELECT AVG(price) FROM products WHERE category = '{cat}'",
-            )
-            yield (
-                f"What is the total stock of the products in the {cat} category?",
-                f"SELECT SUM(stock) FROM products WHERE category = '{cat}'",
-            )
-
-    def a_max_supplier() -> Candidates:
-        for supplier in shuffled(suppliers):
-            yield (
-                f"What is the highest price among the products supplied by {supplier}?",
-                "SELECT MAX(T1.price) FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
-                f"WHERE T2.name = '{supplier}'",
-            )
-
-    def a_min_rating() -> Candidates:
-        for product in shuffled(products):
-            yield (
-                f"What is the lowest rating given to the product '{product}'?",
-                "SELECT MIN(T1.rating) FROM reviews AS T1 JOIN products AS T2 ON T1.product_id = T2.product_id "
-                f"WHERE T2.name = '{product}'",
-            )
-
-    def a_units() -> Candidates:
-        for product in shuffled(products):
-            yield (
-                f"How many units of '{product}' were ordered in total?",
-                "SELECT SUM(T1.quantity) FROM order_items AS T1 JOIN products AS T2 ON T1.product_id = T2.product_id "
-                f"WHERE T2.name = '{product}'",
-            )
-
-    def a_orders_count() -> Candidates:
-        for name in shuffled(customers):
-            yield (
-                f"How many orders has {name} placed?",
-                "SELECT COUNT(*) FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
-                f"WHERE T2.name = '{name}'",
-            )
-
-    def g_category_count() -> Candidates:
-        for _ in range(30):
-            price = round_price()
-            yield (
-                f"For each category, how many products cost more than {price} dollars? Give the category and the count.",
-                f"SELECT category, COUNT(*) FROM products WHERE price > {price} GROUP BY category",
-            )
-
-    def g_status_year() -> Candidates:
-        for year in shuffled(YEARS):
-            for month in shuffled(list(range(1, 13))):
-                yield (
-                    f"For each status, how many orders were placed in month {month:02d} of {year}? Give the status and the count.",
-                    f"SELECT status, COUNT(*) FROM orders WHERE order_date LIKE '{year}-{month:02d}-%' GROUP BY status",
-                )
-
-    def g_city_country() -> Candidates:
-        for country in shuffled(countries):
-            yield (
-                f"For each city in {country}, how many customers live there? Give the city and the count.",
-                f"SELECT city, COUNT(*) FROM customers WHERE country = '{country}' GROUP BY city",
-            )
-
-    def g_supplier_avg() -> Candidates:
-        for country in shuffled(countries):
-            yield (
-                f"For each supplier from {country}, what is the average price of its products? Give the supplier name and the average.",
-                "SELECT T2.name, AVG(T1.price) FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
-                f"WHERE T2.country = '{country}' GROUP BY T2.supplier_id",
-            )
-
-    def h_cities() -> Candidates:
-        for n in shuffled(list(range(8, 25))):
-            yield (
-                f"Which cities have more than {n} customers?",
-                f"SELECT city FROM customers GROUP BY city HAVING COUNT(*) > {n}",
-            )
-
-    def h_customers() -> Candidates:
-        for city in shuffled(cities):
-            n = rng.choice([4, 5, 6])
-            yield (
-                f"Which customers from {city} have placed at least {n} orders? Give their names.",
-                "SELECT T2.name FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
-                f"WHERE T2.city = '{city}' GROUP BY T2.customer_id HAVING COUNT(*) >= {n}",
-            )
-
-    def h_categories() -> Candidates:
-        for _ in range(40):
-            price = round_price() / 2 + 50
-            yield (
-                f"Which categories have an average product price above {price} dollars?",
-                f"SELECT category FROM products GROUP BY category HAVING AVG(price) > {price}",
-            )
-
-    def h_reviews() -> Candidates:
-        for cat in shuffled(categories):
-            for n in shuffled([5, 6, 7]):
-                yield (
-                    f"Which {cat} products have received at least {n} reviews? Give their names.",
-                    "SELECT T2.name FROM reviews AS T1 JOIN products AS T2 ON T1.product_id = T2.product_id "
-                    f"WHERE T2.category = '{cat}' GROUP BY T2.product_id HAVING COUNT(*) >= {n}",
-                )
-
-    def o_top_category() -> Candidates:
-        for cat in shuffled(categories):
-            for k in shuffled([2, 3, 4, 5]):
-                yield (
-                    f"What are the names of the {k} most expensive products in the {cat} category, most expensive first?",
-                    f"SELECT name FROM products WHERE category = '{cat}' ORDER BY price DESC LIMIT {k}",
-                )
-
-    def o_cheapest_country() -> Candidates:
-        for country in shuffled(countries):
-            for k in shuffled([3, 4, 5]):
-                yield (
-                    f"What are the names and prices of the {k} cheapest products from suppliers in {country}, cheapest first?",
-                    "SELECT T1.name, T1.price FROM products AS T1 JOIN suppliers AS T2 ON T1.supplier_id = T2.supplier_id "
-                    f"WHERE T2.country = '{country}' ORDER BY T1.price LIMIT {k}",
-                )
-
-    def o_alphabetical() -> Candidates:
-        for cat in shuffled(categories):
-            yield (
-                f"List the names of the products in the {cat} category in alphabetical order.",
-                f"SELECT name FROM products WHERE category = '{cat}' ORDER BY name",
-            )
-
-    def o_below() -> Candidates:
-        for _ in range(40):
-            price = round_price()
-            yield (
-                f"What is the name of the most expensive product that costs less than {price} dollars?",
-                f"SELECT name FROM products WHERE price < {price} ORDER BY price DESC LIMIT 1",
-            )
-
-    def o_recent() -> Candidates:
-        for name in shuffled(customers):
-            yield (
-                f"List the dates of the orders placed by {name}, most recent first.",
-                "SELECT T1.order_date FROM orders AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
-                f"WHERE T2.name = '{name}' ORDER BY T1.order_date DESC",
-            )
-
-    def n_above_average() -> Candidates:
-        for cat in shuffled(categories):
-            yield (
-                f"Which products in the {cat} category cost more than the average price of all products? Give their names.",
-                f"SELECT name FROM products WHERE category = '{cat}' AND price > (SELECT AVG(price) FROM products)",
-            )
-            yield (
-                f"Which {cat} products have more items in stock than the average stock of all products? Give their names.",
-                f"SELECT name FROM products WHERE category = '{cat}' AND stock > (SELECT AVG(stock) FROM products)",
-            )
-
-    def n_never_status() -> Candidates:
-        for city in shuffled(cities):
-            status = rng.choice(["cancelled", "pending"])
-            yield (
-                f"Which customers from {city} have never had an order with status '{status}'? Give their names.",
-                f"SELECT name FROM customers WHERE city = '{city}' AND customer_id NOT IN "
-                f"(SELECT customer_id FROM orders WHERE status = '{status}')",
-            )
-
-    def n_not_reviewed() -> Candidates:
-        for cat in shuffled(categories):
-            country = rng.choice(countries)
-            yield (
-                f"Which {cat} products have never been reviewed by a customer from {country}? Give their names.",
-                f"SELECT name FROM products WHERE category = '{cat}' AND product_id NOT IN "
-                "(SELECT T1.product_id FROM reviews AS T1 JOIN customers AS T2 ON T1.customer_id = T2.customer_id "
-                f"WHERE T2.country = '{country}')",
-            )
-
-    def n_above_every() -> Candidates:
-        for cat in shuffled(categories):
-            yield (
-                f"Which products cost more than every product in the {cat} category? Give their names.",
-                f"SELECT name FROM products WHERE price > (SELECT MAX(price) FROM products WHERE category = '{cat}')",
-            )
-
-    def n_top_product_orders() -> Candidates:
-        for cat in shuffled(categories):
-            yield (
-                f"How many orders include the most expensive product of the {cat} category?",
-                "SELECT COUNT(*) FROM order_items WHERE product_id = "
-                f"(SELECT product_id FROM products WHERE category = '{cat}' ORDER BY price DESC LIMIT 1)",
-            )
-
-    def s_countries() -> Candidates:
-        for year in shuffled(list(range(2015, 2025))):
-            yield (
-                f"Which countries have customers who signed up in {year} but no suppliers?",
-                f"SELECT country FROM customers WHERE signup_year = {year} EXCEPT SELECT country FROM suppliers",
-            )
-
-    def s_union() -> Candidates:
-        for cat in shuffled(categories):
-            price = float(rng.choice(range(4, 15)))
-            yield (
-                f"What are the names of the products that are in the {cat} category or cost less than {price} dollars?",
-                f"SELECT name FROM products WHERE category = '{cat}' UNION SELECT name FROM products WHERE price < {price}",
-            )
-
-    def s_intersect() -> Candidates:
-        for city in shuffled(cities):
-            yield (
-                f"Which customers from {city} have both written a review and placed a pending order? Give their names.",
-                "SELECT T1.name FROM customers AS T1 JOIN reviews AS T2 ON T1.customer_id = T2.customer_id "
-                f"WHERE T1.city = '{city}' INTERSECT SELECT T1.name FROM customers AS T1 JOIN orders AS T2 "
-                f"ON T1.customer_id = T2.customer_id WHERE T1.city = '{city}' AND T2.status = 'pending'",
-            )
-
-    def s_except() -> Candidates:
-        for cat in shuffled(categories):
-            yield (
-                f"Which {cat} products have been rated 5 but never rated 1? Give their names.",
-                "SELECT T1.name FROM products AS T1 JOIN reviews AS T2 ON T1.product_id = T2.product_id "
-                f"WHERE T1.category = '{cat}' AND T2.rating = 5 EXCEPT SELECT T1.name FROM products AS T1 "
-                f"JOIN reviews AS T2 ON T1.product_id = T2.product_id WHERE T2.rating = 1",
-            )
-
-    return [
-        ("filter", f_city), ("filter", f_category), ("filter", f_status_year),
-        ("filter", f_supplier_country), ("filter", f_country_year),
-        ("comparison", c_more_than), ("comparison", c_at_least), ("comparison", c_fewer),
-        ("comparison", c_at_most), ("comparison", c_city_before), ("comparison", c_orders_after),
-        ("between", b_price), ("between", b_signup), ("between", b_dates),
-        ("join", j_supplier_country), ("join", j_orders_of), ("join", j_products_of),
-        ("join", j_reviewers), ("join", j_order_dates),
-        ("aggregate", a_count_city), ("aggregate", a_avg_category), ("aggregate", a_max_supplier),
-        ("aggregate", a_min_rating), ("aggregate", a_units), ("aggregate", a_orders_count),
-        ("group_by", g_category_count), ("group_by", g_status_year), ("group_by", g_city_country),
-        ("group_by", g_supplier_avg),
-        ("having", h_cities), ("having", h_customers), ("having", h_categories), ("having", h_reviews),
-        ("order_limit", o_top_category), ("order_limit", o_cheapest_country), ("order_limit", o_alphabetical),
-        ("order_limit", o_below), ("order_limit", o_recent),
-        ("nested", n_above_average), ("nested", n_never_status), ("nested", n_not_reviewed),
-        ("nested", n_above_every), ("nested", n_top_product_orders),
-        ("set_operation", s_countries), ("set_operation", s_union), ("set_operation", s_intersect),
-        ("set_operation", s_except),
-    ]  # fmt: skip
+def _combinations(loops: list[tuple[str, Sequence[Any]]], rng: random.Random) -> Iterator[Values]:
+    """Every combination of the loops' values; each loop is shuffled as it starts."""
+    if not loops:
+        yield {}
+        return
+    (name, values), inner = loops[0], loops[1:]
+    order = list(values)
+    rng.shuffle(order)
+    for value in order:
+        for rest in _combinations(inner, rng):
+            yield {name: value, **rest}
 
 
 def has_answer(rows: list[tuple]) -> bool:
@@ -664,10 +548,11 @@ def make_pairs(db_path: Path, rng: random.Random) -> tuple[list[dict], list[dict
     train, test = [], []
     conn = sqlite3.connect(db_path)
     try:
-        for skill, family in families(conn, rng):
+        pools = value_pools(conn)
+        for family in FAMILIES:
             kept: list[tuple[str, str]] = []
             seen: set[str] = set()
-            for question, query in family():
+            for question, query in candidates(family, pools, rng):
                 if len(kept) == PER_TEMPLATE:
                     break
                 if query in seen or not has_answer(_q(conn, query)):
@@ -675,7 +560,7 @@ def make_pairs(db_path: Path, rng: random.Random) -> tuple[list[dict], list[dict
                 seen.add(query)
                 kept.append((question, query))
             for i, (question, query) in enumerate(kept):
-                pair = {"skill": skill, "question": question, "query": query}
+                pair = {"skill": family.skill, "question": question, "query": query}
                 (test if i % TEST_EVERY == TEST_EVERY - 1 else train).append(pair)
     finally:
         conn.close()
@@ -709,7 +594,7 @@ def table_digest(db_path: Path) -> str:
     return digest.hexdigest()
 
 
-def build(out_dir: Path = HERE, seed: int = SEED) -> dict[str, Path]:
+def build(out_dir: Path = OUT_DIR, seed: int = SEED) -> dict[str, Path]:
     """Write shop.sqlite, train.jsonl and test.jsonl into `out_dir`; returns their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -729,7 +614,7 @@ def build(out_dir: Path = HERE, seed: int = SEED) -> dict[str, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--out", type=Path, default=HERE, help="output folder (default: next to this script)"
+        "--out", type=Path, default=OUT_DIR, help="output folder (default: src/mrtpo/data/sql)"
     )
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args()

@@ -927,7 +927,10 @@ def write(out_dir: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", type=Path, default=OUT_DIR, help="folder to write into (default: this package)"
+        "--out",
+        type=Path,
+        default=OUT_DIR,
+        help="folder to write into (default: src/mrtpo/data/tool_calling)",
     )
     for path in write(parser.parse_args(argv).out):
         print(path)
