@@ -464,7 +464,7 @@ def test_qwen2_model_matches_naive_reference(tiny, rows):
 
 def test_copied_prefix_cache_fallback_matches(sharp, rows, monkeypatch):
     """Layer types other than plain full attention get a per-batch copy of the prefix cache."""
-    import mrtpo.relevance as relevance
+    import mrtpo.relevance.replay as relevance
 
     model, tokenizer = sharp
     prompts, completions, infos = rows
