@@ -201,7 +201,7 @@ def test_eval_sampling_gives_num_samples_per_prompt_seeded(
 
 def test_eval_prompt_ids_equal_trl_grpo_rendering(echo_task):
     """`mrtpo eval` tokenizes prompts exactly as TRL's GRPOTrainer does before generating."""
-    from mrtpo.commands.eval import render_prompt_ids
+    from mrtpo.generation import render_prompt_ids
     from mrtpo.testing import tiny_model_and_tokenizer
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
@@ -287,7 +287,8 @@ def test_train_two_steps_then_resume(echo_task, tiny_model_dir, tmp_path, capsys
 
 
 def test_train_default_output_dir_and_config(echo_task, tmp_path, monkeypatch):
-    from mrtpo.commands.train import CPU_DEFAULTS, parse_args
+    from mrtpo.commands.train import parse_args
+    from mrtpo.training import CPU_DEFAULTS
 
     monkeypatch.chdir(tmp_path)
     script_args, _, config = parse_args(["--task", "echo", "--advantage_estimator", "gdpo"])
@@ -505,3 +506,27 @@ def test_training_demo_runs_every_step_on_tiny_model(tiny_model_dir, tmp_path, c
     results = (out / "results.md").read_text()
     assert "| tool_format |" in results and "after (MRTPO)" in results and "| total |" in results
     assert f"reward curves: {out / 'train' / 'curves.png'}" in stdout
+    assert (out / "credit" / "credit.html").is_file()
+    assert f"credit map: {out / 'credit' / 'credit.html'}" in stdout
+    assert "| credit map of a trained response |" in results
+
+
+def test_demo_ends_with_the_credit_map_of_a_trained_response(tiny_model_dir, tmp_path, capsys):
+    """The last stage: `mrtpo explain` of the model's answer to a test prompt, on the terminal
+    (one line per reward, then the token row) and in credit.html, with the command to open it."""
+    from mrtpo.commands import demo
+
+    timings = {}
+    out = tmp_path / "credit"
+    page = demo.show_credit_map(str(tiny_model_dir), out, max_new_tokens=8, timings=timings)
+    stdout = capsys.readouterr().out
+    assert page == out / "credit.html" and page.is_file()
+    assert list(timings) == ["credit map of a trained response"]
+    assert "mrtpo explain --task tool_calling" in stdout
+    text = page.read_text(encoding="utf-8")
+    assert text.count('<tr class="row reward">') == 2  # tool_format and tool_correctness
+    assert text.count('<tr class="row combined">') == 1  # a group: MRTPO's token advantages
+    for reward in ("tool_format", "tool_correctness"):
+        assert f"{reward}: score" in stdout  # the terminal map's row heading
+    assert "MRTPO (combined): token mean" in stdout
+    assert f"-m webbrowser {page.resolve().as_uri()}" in stdout

@@ -7,9 +7,9 @@ import torch
 import yaml
 from datasets import Dataset
 
-from mrtpo import cli, tasks
+from mrtpo import cli, cold_start, tasks
 from mrtpo.commands import sft
-from mrtpo.commands.eval import render_prompt_ids
+from mrtpo.generation import render_prompt_ids
 from mrtpo.models import load_model
 from mrtpo.tasks.base import Task
 from mrtpo.testing import tiny_model_and_tokenizer
@@ -91,14 +91,14 @@ def sft_trainer(task_name, model_dir, output_dir, *extra):
 
 
 def test_dataset_is_prompt_completion_from_references(capitals):
-    dataset = sft.cold_start_dataset(capitals, seed=0)
+    dataset = cold_start.cold_start_dataset(capitals, seed=0)
     assert len(dataset) == 4  # Chad has no reference
     by_country = {row["prompt"][1]["content"].split()[-1].rstrip("?"): row for row in dataset}
     assert by_country["Peru"]["completion"] == [
         {"role": "assistant", "content": "<answer>Lima</answer>"}
     ]
     assert by_country["Peru"]["prompt"] == capitals.load("train")[1]["prompt"]
-    assert len(sft.cold_start_dataset(capitals, max_examples=2)) == 2
+    assert len(cold_start.cold_start_dataset(capitals, max_examples=2)) == 2
 
 
 @pytest.mark.parametrize("task_name", ["capitals", "tool_calling", "sql"])
@@ -133,7 +133,7 @@ def test_prompt_bytes_equal_train_and_labels_mask_the_prompt(
         train_dataset=task.load("train"),
         processing_class=tokenizer,
     )
-    dataset = sft.cold_start_dataset(task, max_examples=6, seed=trainer.args.seed)
+    dataset = cold_start.cold_start_dataset(task, max_examples=6, seed=trainer.args.seed)
     train_prompt_ids, _, _ = grpo._tokenize_prompts(list(dataset["prompt"]))
     assert [list(ids) for ids in train_prompt_ids] == render_prompt_ids(
         tokenizer, list(dataset["prompt"])

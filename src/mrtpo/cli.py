@@ -1,8 +1,8 @@
-"""The `mrtpo` command: a thin dispatcher to `mrtpo.commands.<name>.main(argv)`.
+"""The `mrtpo` command: a thin dispatcher to `main(argv)` of the subcommand's module.
 
-Each subcommand lives in its own module and parses its own arguments (TRL's `TrlParser` for
-the ones that build a trainer). A bad argument raises `ValueError` (or `FileNotFoundError`):
-we print one line and exit with code 2, no traceback.
+Each subcommand lives in its own module (`COMMANDS`: name -> module, help) and parses its own
+arguments (TRL's `TrlParser` for the ones that build a trainer). A bad argument raises
+`ValueError` (or `FileNotFoundError`): we print one line and exit with code 2, no traceback.
 """
 
 from __future__ import annotations
@@ -10,20 +10,41 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = {
-    "train": "train a model with MRTPO, GDPO or GRPO on a task",
-    "eval": "greedy generation on a split and each verifier's mean",
-    "sft": "supervised cold start on a task's reference outputs",
-    "explain": "credit map of one response: where each reward's advantage lands",
-    "analyze": "localization table and concentration figure over a split",
-    "demo": "replay one SQL response on the embedded model (make demo)",
+# name -> (module with `main(argv: list[str]) -> int`, help). Imported by name only when its
+# command runs, so `mrtpo eval` never pays for the trainer's imports: the package's one
+# importlib use.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": (
+        "mrtpo.commands.train",
+        "train a model with MRTPO, GDPO or GRPO on a task",
+    ),
+    "eval": (
+        "mrtpo.commands.eval",
+        "generation on a split (greedy or sampled) and each verifier's mean",
+    ),
+    "sft": (
+        "mrtpo.commands.sft",
+        "supervised cold start on a task's reference outputs",
+    ),
+    "explain": (
+        "mrtpo.commands.explain",
+        "credit map of one response: where each reward's advantage lands",
+    ),
+    "analyze": (
+        "mrtpo.commands.analyze",
+        "localization table and concentration figure over a split",
+    ),
+    "demo": (
+        "mrtpo.commands.demo",
+        "cold start, MRTPO and a credit map on the embedded model (make demo)",
+    ),
 }
 
 USAGE = (
     "usage: mrtpo {"
     + ",".join(COMMANDS)
     + "} [options]\n\n"
-    + "\n".join(f"  {name:<8} {help_text}" for name, help_text in COMMANDS.items())
+    + "\n".join(f"  {name:<8} {help_text}" for name, (_, help_text) in COMMANDS.items())
 )
 
 
@@ -36,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"mrtpo: unknown command {name!r}\n{USAGE}", file=sys.stderr)
         return 2
-    command = importlib.import_module(f"mrtpo.commands.{name}")
+    module_name, _ = COMMANDS[name]
+    command = importlib.import_module(module_name)
     try:
         return int(command.main(rest) or 0)
     except (ValueError, FileNotFoundError) as error:

@@ -62,7 +62,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     from mrtpo import tasks
-    from mrtpo.commands.eval import generate, render_prompt_ids
     from mrtpo.credit.analysis import (
         concentration,
         concentration_markdown,
@@ -73,6 +72,7 @@ def main(argv: list[str]) -> int:
     )
     from mrtpo.credit.render import to_html
     from mrtpo.credit.replay import distance_maps, replay_rows, reward_types, verify_rows
+    from mrtpo.generation import generate, render_prompt_ids
     from mrtpo.models import load_model
 
     command = "mrtpo analyze " + shlex.join(argv)

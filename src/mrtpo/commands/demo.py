@@ -2,19 +2,24 @@
 
 The embedded SmolLM2-135M-Instruct never writes the `<tool_call>` format on its own, so a
 binary format reward has no variance and RL cannot start. The demo therefore runs, into
-`outputs/demo/`:
+`outputs/demo/`, each stage a library call equal to the `mrtpo` command it prints:
 
 1. `mrtpo sft`: a short cold start that brings the sampled format rate into 0.2-0.6 (`sft`);
 2. `mrtpo eval` of that checkpoint: "before" (`eval-before`);
 3. `mrtpo train` with MRTPO from that checkpoint (`train`: metrics.jsonl, curves.png, model);
-4. `mrtpo eval` of the result: "after" (`eval-after`);
+4. `mrtpo eval` of the result: "after" (`eval-after`), and the before/after table;
+5. `mrtpo explain` of the trained model's answer to the first test prompt (`credit`): its
+   credit map, where each reward's advantage lands on its tokens, printed on the terminal and
+   written to `credit.html` (about 25 s on one idle CPU core: one greedy response 5 s, 4
+   sampled for its group 12 s, one replay 3 s, loading and the PNG the rest).
 
 (`--with_base` also evaluates the embedded model first, `eval-base`: it scores 0.) The evals
 sample 2 completions per test prompt at temperature 1, as training samples: that is the
 distribution RL changes (greedy decoding of the cold-started model already keeps the format
 almost always; `mrtpo eval` decodes greedily unless told otherwise).
 
-then prints the before/after table (also written to `results.md`) and where `curves.png` is.
+It ends with the step timings (also written, with the table, to `results.md`), where
+`curves.png` is and the command that opens the credit map.
 
 `mrtpo demo --replay-only` is the engine's demo instead: one hand-written text-to-SQL response
 (well formed and runnable, but `>=` where the question needs `>`) replayed with the three SQL
@@ -24,12 +29,13 @@ rewards' verifier information; it prints each token with its distance per reward
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
 import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +60,8 @@ COLD_START = {
 }
 EVAL_EXAMPLES = 32  # test prompts scored before and after (the same ones)
 EVAL_SAMPLING = {"temperature": 1.0, "num_samples": 2, "seed": 0}  # as `mrtpo train` samples
-STEP_DIRS = ("eval-base", "sft", "eval-before", "train", "eval-after")
+EXPLAINED_EXAMPLE = 0  # the test row whose credit map ends the demo
+STEP_DIRS = ("eval-base", "sft", "eval-before", "train", "eval-after", "credit")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -90,34 +97,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 # ----------------------------------------------------------------------------- the training demo
 
 
-def run_step(
-    title: str, command: Callable[[list[str]], int], argv: list[str], timings: dict[str, float]
-) -> None:
-    """Run one command module's `main`, timed; a failure stops the demo with its message."""
-    print(
-        f"\n=== {title}: mrtpo {command.__module__.rsplit('.', 1)[-1]} {' '.join(argv)}", flush=True
-    )
+@contextmanager
+def demo_step(
+    title: str, command: str, options: Mapping[str, Any], timings: dict[str, float]
+) -> Iterator[None]:
+    """Time one stage, announced with the `mrtpo` command line that does the same."""
+    flags = " ".join(f"--{key} {shlex.quote(str(value))}" for key, value in options.items())
+    print(f"\n=== {title}: mrtpo {command} {flags}", flush=True)
     started = time.perf_counter()
-    code = command(argv)
+    yield
     timings[title] = time.perf_counter() - started
-    if code:
-        raise ValueError(f"demo step {title!r} failed with exit code {code}")
     print(f"=== {title}: {timings[title] / 60:.1f} min", flush=True)
 
 
 def results_markdown(columns: dict[str, dict[str, Any]], timings: dict[str, float]) -> str:
     """The before/after table and the step timings as Markdown."""
+    from mrtpo.evaluation import metric_names, metric_value
+
     names = list(columns)
-    metrics: list[str] = []
-    for result in columns.values():
-        for key in [*result["verifiers"], *result["headline"]]:
-            if key not in metrics:
-                metrics.append(key)
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for metric in metrics:
+    for metric in metric_names(columns):
         cells = []
         for result in columns.values():
-            value = result["verifiers"].get(metric, result["headline"].get(metric))
+            value = metric_value(result, metric)
             cells.append("-" if value is None else f"{value:.3f}")
         lines.append(f"| {metric} | " + " | ".join(cells) + " |")
     lines += ["", "| step | minutes |", "|---|---:|"]
@@ -126,70 +128,86 @@ def results_markdown(columns: dict[str, dict[str, Any]], timings: dict[str, floa
     return "\n".join(lines) + "\n"
 
 
+def show_credit_map(
+    model_name_or_path: str, out: Path, max_new_tokens: int, timings: dict[str, float]
+) -> Path:
+    """The demo's last stage: the credit map of the model's answer to test row
+    `EXPLAINED_EXAMPLE`, on the terminal and in `out/credit.html` (returned)."""
+    from mrtpo import tasks
+    from mrtpo.credit.replay import run_explain
+
+    task = tasks.get(DEMO_TASK)
+    options = {"task": DEMO_TASK, "model_name_or_path": model_name_or_path, "split": "test",
+               "example": EXPLAINED_EXAMPLE, "max_new_tokens": max_new_tokens, "out": out}  # fmt: skip
+    with demo_step("credit map of a trained response", "explain", options, timings):
+        row = dict(task.load("test")[EXPLAINED_EXAMPLE])
+        run_explain(
+            task,
+            model_name_or_path,
+            row,
+            out,
+            max_new_tokens=max_new_tokens,
+            title=f"{DEMO_TASK}, test example {EXPLAINED_EXAMPLE}, after MRTPO",
+        )
+    return out / "credit.html"
+
+
 def training_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from mrtpo.commands import eval as evaluate
-    from mrtpo.commands import sft, train
+    from mrtpo.cold_start import build_sft_trainer, run_sft, sft_config
+    from mrtpo.credit.replay import open_command
+    from mrtpo.evaluation import run_eval, summary_table
+    from mrtpo.training import CPU_DEFAULTS, run_training, train_config
 
     root = Path(args.output_dir)
     for name in STEP_DIRS:  # only the folders this demo writes
         shutil.rmtree(root / name, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    max_new_tokens = str(train.CPU_DEFAULTS["max_completion_length"])
+    sft_dir, train_dir = str(root / "sft"), str(root / "train")
+    max_new_tokens = CPU_DEFAULTS["max_completion_length"]
     timings: dict[str, float] = {}
+    columns: dict[str, dict[str, Any]] = {}
 
-    def eval_argv(model: str, folder: str) -> list[str]:
-        return ["--task", DEMO_TASK, "--model_name_or_path", model, "--split", "test",
-                "--max_examples", str(args.eval_examples), "--max_new_tokens", max_new_tokens,
-                "--output_dir", str(root / folder),
-                *[f"--{key}={value}" for key, value in EVAL_SAMPLING.items()]]  # fmt: skip
+    def evaluate(title: str, label: str, model: str, folder: str) -> None:
+        options = {"task": DEMO_TASK, "model_name_or_path": model, "split": "test",
+                   "max_examples": args.eval_examples, "max_new_tokens": max_new_tokens,
+                   "output_dir": str(root / folder), **EVAL_SAMPLING}  # fmt: skip
+        with demo_step(title, "eval", options, timings):
+            columns[label] = run_eval(**options)
 
     if args.with_base:
-        run_step(
-            "eval base model",
-            evaluate.main,
-            eval_argv(args.model_name_or_path, "eval-base"),
-            timings,
-        )
-    run_step(
-        "cold start (sft)",
-        sft.main,
-        ["--task", DEMO_TASK, "--model_name_or_path", args.model_name_or_path,
-         "--max_steps", str(args.sft_max_steps), "--learning_rate", str(COLD_START["learning_rate"]),
-         "--per_device_train_batch_size", str(COLD_START["per_device_train_batch_size"]),
-         "--gradient_accumulation_steps", str(COLD_START["gradient_accumulation_steps"]),
-         "--max_train_examples", str(COLD_START["max_train_examples"]), "--output_dir", str(root / "sft")],
-        timings,
-    )  # fmt: skip
-    run_step("eval before RL", evaluate.main, eval_argv(str(root / "sft"), "eval-before"), timings)
-    train_argv = ["--task", DEMO_TASK, "--model_name_or_path", str(root / "sft"),
-                  "--advantage_estimator", "mrtpo", "--output_dir", str(root / "train")]  # fmt: skip
+        evaluate("eval base model", "base", args.model_name_or_path, "eval-base")
+    sft_task = {"task": DEMO_TASK, "model_name_or_path": args.model_name_or_path,
+                "max_train_examples": COLD_START["max_train_examples"]}  # fmt: skip
+    sft_budget = {"max_steps": args.sft_max_steps, "learning_rate": COLD_START["learning_rate"],
+                  "per_device_train_batch_size": COLD_START["per_device_train_batch_size"],
+                  "gradient_accumulation_steps": COLD_START["gradient_accumulation_steps"],
+                  "output_dir": sft_dir}  # fmt: skip
+    with demo_step("cold start (sft)", "sft", {**sft_task, **sft_budget}, timings):
+        run_sft(build_sft_trainer(config=sft_config(**sft_budget), **sft_task), DEMO_TASK)
+    evaluate("eval before RL", "before (sft)", sft_dir, "eval-before")
+    rl_settings: dict[str, Any] = {"advantage_estimator": "mrtpo", "output_dir": train_dir}
     if args.max_steps is not None:
-        train_argv += ["--max_steps", str(args.max_steps)]
-    run_step("train (MRTPO)", train.main, train_argv, timings)
-    run_step("eval after RL", evaluate.main, eval_argv(str(root / "train"), "eval-after"), timings)
+        rl_settings["max_steps"] = args.max_steps
+    train_options = {"task": DEMO_TASK, "model_name_or_path": sft_dir, **rl_settings}
+    with demo_step("train (MRTPO)", "train", train_options, timings):
+        run_training(DEMO_TASK, sft_dir, train_config(**rl_settings))
+    evaluate("eval after RL", "after (MRTPO)", train_dir, "eval-after")
 
-    columns = {}
-    for label, folder in (
-        ("base", "eval-base"),
-        ("before (sft)", "eval-before"),
-        ("after (MRTPO)", "eval-after"),
-    ):
-        path = root / folder / "eval.json"
-        if path.is_file():
-            columns[label] = json.loads(path.read_text())
     title = (
         f"{DEMO_TASK} test split, first {args.eval_examples} prompts, "
         f"{EVAL_SAMPLING['num_samples']} samples each at temperature {EVAL_SAMPLING['temperature']:g}"
     )
     print()
-    Console().print(evaluate.summary_table(title, columns))
+    Console().print(summary_table(title, columns))
+    page = show_credit_map(train_dir, root / "credit", max_new_tokens, timings)
     results = root / "results.md"
     results.write_text(f"# mrtpo demo\n\n{title}\n\n" + results_markdown(columns, timings))
-    print(f"demo took {sum(timings.values()) / 60:.1f} min")
+    print(f"\ndemo took {sum(timings.values()) / 60:.1f} min")
     print(f"before/after table: {results}")
     print(f"reward curves: {root / 'train' / 'curves.png'}")
+    print(f"credit map: {page}; open it with {open_command(page)}")
     return 0
 
 
