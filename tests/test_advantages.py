@@ -13,7 +13,19 @@ from hypothesis import strategies as st
 from trl.trainer import grpo_trainer
 from trl.trainer.utils import nanstd
 
-from mrtpo.advantages import beta_at, gdpo, grpo, mrtpo, per_reward, shuffle_weights, token_weights
+from mrtpo.advantages import (
+    ESTIMATORS,
+    TokenRelevance,
+    beta_at,
+    gdpo,
+    get_estimator,
+    grpo,
+    mrtpo,
+    per_reward,
+    register_estimator,
+    shuffle_weights,
+    token_weights,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -383,3 +395,49 @@ def test_bad_input_raises_naming_the_argument():
         token_weights(torch.full((4, 2, 3), float("nan")), mask, 0.5)
     with pytest.raises(ValueError, match="step"):
         beta_at(-1, 0.5, 10)
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_names_and_what_the_trainer_reads():
+    assert list(ESTIMATORS) == ["mrtpo", "gdpo", "grpo"]
+    assert [get_estimator(name).token_level for name in ESTIMATORS] == [True, False, False]
+    assert [get_estimator(name).normalizes_each_reward for name in ESTIMATORS] == [
+        True,
+        True,
+        False,
+    ]
+    with pytest.raises(ValueError, match="'ppo'.*mrtpo, gdpo, grpo"):
+        get_estimator("ppo")
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("gdpo", token_level=False, normalizes_each_reward=True)(gdpo)
+
+
+@pytest.mark.parametrize("scale", ["group", "batch"])
+def test_registered_estimators_equal_the_functions(scale):
+    gen = torch.Generator().manual_seed(0)
+    rewards = random_rewards(gen, groups=3, group_size=4, num_rewards=2)
+    c = [0.5, 2.0]
+    distance = torch.rand(12, 2, 5, generator=gen)
+    mask = torch.ones(12, 5)
+    mask[3, 2:] = 0
+    estimate = {name: get_estimator(name) for name in ESTIMATORS}
+    assert torch.equal(estimate["grpo"](rewards, 4, c, scale=scale), grpo(rewards, 4, c, scale))
+    assert torch.equal(estimate["gdpo"](rewards, 4, c, scale=scale), gdpo(rewards, 4, c))
+    # Without relevance MRTPO gives each response GDPO's advantage (its token mean).
+    assert torch.equal(estimate["mrtpo"](rewards, 4, c, scale=scale), gdpo(rewards, 4, c))
+    for shuffle in (False, True):
+        weights = token_weights(distance, mask, 0.5)
+        if shuffle:
+            weights = shuffle_weights(weights, mask, torch.Generator().manual_seed(1))
+        per_token = estimate["mrtpo"](rewards, 4, c, relevance=TokenRelevance(weights, mask))
+        expected = mrtpo(
+            rewards, 4, distance, mask, 0.5, c, shuffle=shuffle,
+            generator=torch.Generator().manual_seed(1),
+        )  # fmt: skip
+        assert torch.equal(per_token, expected)
+    with pytest.raises(ValueError, match="relevance must be None"):
+        estimate["gdpo"](rewards, 4, relevance=TokenRelevance(weights, mask))
+    with pytest.raises(ValueError, match="relevance.weights"):
+        estimate["mrtpo"](rewards, 4, relevance=TokenRelevance(weights[:, :1], mask))

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
@@ -74,7 +75,7 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
             {
                 "advantages": output["advantages"].clone(),
                 "completion_mask": output["completion_mask"].clone(),
-                "rewards": self._batch["rewards"].clone(),
+                "rewards": self._scored.rewards.clone(),
             }
         )
         return output
@@ -540,30 +541,34 @@ def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch,
     # MRTPO replays its rows (and a shown row it skipped); the baselines only the rows shown.
     assert trainer.replays >= 2 if estimator == "mrtpo" else trainer.replays == 2
     assert [step for step, _ in received] == [0, 1]
-    for _, records in received:
-        assert [r["label"] for r in records] == ["lowest", "highest"]
-        assert records[0]["total_reward"] <= records[1]["total_reward"]
-        for record in records:
-            length = len(record["completion_ids"])
-            assert record["distance"].shape == (3, length)
-            assert 0 < record["distance"].max() <= 1
-            assert record["token_advantages"].shape == (length,)
-            assert record["names"] == ["contains_letter", "even_length", "starts_with_space"]
-            assert [v.score for v in record["verdicts"]] == [
-                None if torch.isnan(torch.tensor(r)) else r for r in record["rewards"]
-            ]
+    for (_, maps), batch in zip(received, trainer.batches, strict=True):
+        assert [m.title.split()[0] for m in maps] == ["lowest", "highest"]
+        # Each map's verdicts are the scores of a row of the batch (NaN: no score, as -1 here),
+        # the rows of the lowest and the highest total reward.
+        rows = batch["rewards"].nan_to_num(-1.0).tolist()
+        scores = [[-1.0 if v.score is None else v.score for v in m.verdicts] for m in maps]
+        assert all(row in rows for row in scores)
+        totals = batch["rewards"].nan_to_num().sum(dim=1)
+        assert [sum(s for s in row if s != -1.0) for row in scores] == [
+            totals.min().item(),
+            totals.max().item(),
+        ]
+        for credit_map in maps:
+            length = credit_map.num_tokens
+            assert credit_map.distance.shape == (3, length)
+            assert 0 < credit_map.distance.max() <= 1
+            assert credit_map.token_advantages.shape == (length,)
+            assert credit_map.names == ["contains_letter", "even_length", "starts_with_space"]
             if estimator == "mrtpo":
-                assert record["weights"].shape == (3, length)
-                torch.testing.assert_close(
-                    record["weights"].mean(-1), torch.ones(3), rtol=0, atol=1e-5
-                )
+                assert credit_map.weights.shape == (3, length)
+                np.testing.assert_allclose(credit_map.weights.mean(-1), np.ones(3), atol=1e-5)
             else:  # uniform: every token gets the response's advantage
-                assert record["weights"] is None
-                assert torch.all(record["token_advantages"] == record["token_advantages"][0])
+                assert credit_map.weights is None
+                assert np.all(credit_map.token_advantages == credit_map.token_advantages[0])
             if estimator != "grpo":
-                assert record["reward_advantages"].shape == (3,)
-                assert record["token_advantages"].mean().item() == pytest.approx(
-                    record["gdpo_advantage"], abs=1e-5
+                assert credit_map.reward_advantages.shape == (3,)
+                assert credit_map.token_advantages.mean() == pytest.approx(
+                    credit_map.gdpo_advantage, abs=1e-5
                 )
     credit_dir = Path(trainer.args.output_dir) / "credit"
     assert (credit_dir / "step-00000.html").exists() and (credit_dir / "index.html").exists()

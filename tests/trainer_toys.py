@@ -91,23 +91,24 @@ def main(out_dir: str) -> None:
     class Recording(MRTPOTrainer):
         records: list[dict[str, Any]] = []
 
-        def _mrtpo_advantages(self, output, rewards, group_size, local, weights):
-            per_token, replay = super()._mrtpo_advantages(
-                output, rewards, group_size, local, weights
-            )
+        def _token_advantages(self, step, group_size, width):
+            token = super()._token_advantages(step, group_size, width)
+            scored = self._scored
+            # every local row; zero distance where the replay was skipped (exact)
+            distance = torch.zeros(len(scored.prompts), len(self.reward_funcs), width)
+            distance[token.replay.rows] = token.replay.distance.cpu()
             self.records.append(
                 {
-                    "rewards": rewards.cpu(),
-                    # every local row; zero distance where the replay was skipped (exact)
-                    "distance": replay["local_distance"].cpu(),
-                    "mask": replay["local_mask"].cpu(),
-                    "replayed": replay["rows"],
-                    "advantages": per_token.cpu(),
-                    "beta": replay["beta"],
-                    "local": (local.start, local.stop),
+                    "rewards": scored.rewards.cpu(),
+                    "distance": distance,
+                    "mask": scored.response_mask(width),
+                    "replayed": token.replay.rows,
+                    "advantages": token.advantages.cpu(),
+                    "beta": token.beta,
+                    "local": (scored.local.start, scored.local.stop),
                 }
             )
-            return per_token, replay
+            return token
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(

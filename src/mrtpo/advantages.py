@@ -8,12 +8,16 @@ reward function gave no score (TRL turns ``None`` into ``NaN``).
 operation by operation (``multi_objective_aggregation`` ``"sum_then_normalize"`` and
 ``"normalize_then_sum"``), so that the numbers are equal, not merely close. ``mrtpo`` is GDPO
 with each reward's normalized advantage re-allocated among the response's tokens by relevance
-weights (``../shared/METHOD.md`` steps 3-5).
+weights (``docs/METHOD.md``, MRTPO, steps 3-5).
+
+The three are also registered by name (``ESTIMATORS``, ``get_estimator``) behind one common
+signature, so that a trainer picks its estimator once instead of comparing names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -319,14 +323,47 @@ def mrtpo(
     """
     _check_eps(eps)
     rewards = _check_rewards(rewards, group_size)
-    if isinstance(distance, Tensor) and distance.dim() == 3 and distance.shape[:2] != rewards.shape:
-        raise ValueError(
-            f"distance has shape {tuple(distance.shape)}, expected (N, K, T) with (N, K) = "
-            f"{tuple(rewards.shape)} from rewards"
-        )
+    _check_rows_match(distance, "distance", rewards)
     relevance = token_weights(distance, mask, beta).to(rewards.dtype)
     if shuffle:
         relevance = shuffle_weights(relevance, mask, generator)
+    return _spread_gdpo(rewards, group_size, relevance, mask, weights, eps)
+
+
+def _check_rows_match(per_token: Tensor, name: str, rewards: Tensor) -> None:
+    """A (N, K, T) tensor's (N, K) must be the rewards'; other shapes are left to later checks."""
+    if (
+        isinstance(per_token, Tensor)
+        and per_token.dim() == 3
+        and per_token.shape[:2] != rewards.shape
+    ):
+        raise ValueError(
+            f"{name} has shape {tuple(per_token.shape)}, expected (N, K, T) with (N, K) = "
+            f"{tuple(rewards.shape)} from rewards"
+        )
+
+
+def _spread_gdpo(
+    rewards: Tensor,
+    group_size: int,
+    relevance: Tensor,
+    mask: Tensor,
+    weights: Sequence[float] | Tensor | None,
+    eps: float,
+) -> Tensor:
+    """GDPO with each reward's Ã_k spread over the tokens by ``relevance`` (METHOD.md step 4).
+
+    Args:
+        rewards: Tensor[N, K], checked.
+        group_size: G, rows per prompt.
+        relevance: Tensor[N, K, T], w_{k,t} in rewards' dtype (0 where mask is 0).
+        mask: Tensor[N, T], 1 on response tokens.
+        weights: c_k, Tensor[K] or K floats, or None (all 1).
+        eps: added to both stds.
+
+    Returns:
+        Tensor[N, T], as ``mrtpo``.
+    """
     normalized, c, summed, mean_batch, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
     per_token = (normalized.unsqueeze(-1) * c.view(1, -1, 1) * relevance).nansum(dim=1)  # (N, T)
     per_token[torch.isnan(summed)] = torch.nan  # unscorable rows, as in GDPO
@@ -352,3 +389,126 @@ def beta_at(step: int, beta: float, warmup_steps: int) -> float:
         return float(beta)
     u = min(step / warmup_steps, 1.0)
     return float(beta * (3 * u**2 - 2 * u**3))
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class TokenRelevance:
+    """What a token-level estimator needs beyond the rewards: where each reward's credit goes.
+
+    weights: Tensor[N, K, T], the relevance weights w_{k,t} (``token_weights``, permuted by
+        ``shuffle_weights`` for the ablation); 0 where mask is 0.
+    mask: Tensor[N, T], 1 on response tokens (bool or 0/1).
+    """
+
+    weights: Tensor
+    mask: Tensor
+
+
+RewardWeights = Sequence[float] | Tensor | None  # c_k: Tensor[K], K floats, or None (all 1)
+# The common signature: (rewards, group_size, weights, scale, eps, relevance) -> advantages.
+EstimateFn = Callable[[Tensor, int, RewardWeights, str, float, "TokenRelevance | None"], Tensor]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered advantage estimator; call it as ``Estimator.__call__`` documents.
+
+    estimate: the function, with the common signature ``EstimateFn``.
+    token_level: spreads the advantage over the tokens by relevance (needs replay distances).
+    normalizes_each_reward: normalizes each reward within its group before summing (GDPO's Ã_k;
+        TRL's ``"normalize_then_sum"``); its response-level advantage is then GDPO's.
+    """
+
+    name: str
+    estimate: EstimateFn
+    token_level: bool
+    normalizes_each_reward: bool
+
+    def __call__(
+        self,
+        rewards: Tensor,
+        group_size: int,
+        weights: RewardWeights = None,
+        *,
+        scale: str = "group",
+        eps: float = 1e-4,
+        relevance: TokenRelevance | None = None,
+    ) -> Tensor:
+        """Advantages of a batch.
+
+        Args:
+            rewards: Tensor[N, K], NaN where a reward gave no score.
+            group_size: G, rows per prompt; must divide N.
+            weights: c_k, Tensor[K] or a sequence of K floats (default all 1).
+            scale: GRPO's std scale, "group", "batch" or "none" (the others ignore it).
+            eps: added to the stds (TRL: 1e-4).
+            relevance: the batch's token weights and mask (token-level estimators only).
+
+        Returns:
+            Tensor[N], each response's advantage; Tensor[N, T] given ``relevance``.
+        """
+        if relevance is not None and not self.token_level:
+            raise ValueError(
+                f"estimator {self.name!r} gives one advantage per response: relevance must be None"
+            )
+        return self.estimate(rewards, group_size, weights, scale, eps, relevance)
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(
+    name: str, *, token_level: bool, normalizes_each_reward: bool
+) -> Callable[[EstimateFn], EstimateFn]:
+    """Decorator: register an ``EstimateFn`` as ``name`` (flags as ``Estimator``'s)."""
+
+    def register(estimate: EstimateFn) -> EstimateFn:
+        if name in ESTIMATORS:
+            raise ValueError(f"an advantage estimator named {name!r} is already registered")
+        ESTIMATORS[name] = Estimator(name, estimate, token_level, normalizes_each_reward)
+        return estimate
+
+    return register
+
+
+def get_estimator(name: str) -> Estimator:
+    """The estimator registered as ``name``; the error names the valid choices."""
+    if name not in ESTIMATORS:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid choices: {', '.join(ESTIMATORS)}"
+        )
+    return ESTIMATORS[name]
+
+
+# Registered in this order: MRTPO, then the baselines it is compared with. Arguments as
+# `Estimator.__call__`'s; each ignores those it has no use for.
+
+
+@register_estimator("mrtpo", token_level=True, normalizes_each_reward=True)
+def _mrtpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tensor:
+    """Tensor[N, T] given ``relevance`` (``mrtpo`` with its token weights already made);
+    Tensor[N] without: GDPO's advantage, the token mean of MRTPO's."""
+    if relevance is None:
+        return gdpo(rewards, group_size, weights, eps)
+    _check_eps(eps)
+    rewards = _check_rewards(rewards, group_size)
+    _check_rows_match(relevance.weights, "relevance.weights", rewards)
+    mask = _check_distance_mask(relevance.weights, relevance.mask)
+    return _spread_gdpo(
+        rewards, group_size, relevance.weights.to(rewards.dtype), mask, weights, eps
+    )
+
+
+@register_estimator("gdpo", token_level=False, normalizes_each_reward=True)
+def _gdpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tensor:
+    """``gdpo``: Tensor[N]."""
+    return gdpo(rewards, group_size, weights, eps)
+
+
+@register_estimator("grpo", token_level=False, normalizes_each_reward=False)
+def _grpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tensor:
+    """``grpo``: Tensor[N]."""
+    return grpo(rewards, group_size, weights, scale, eps)

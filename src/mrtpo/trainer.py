@@ -6,14 +6,15 @@ This subclass changes three things:
 1. Rewards. Each `Verifier` runs once per batch through TRL's own `_calculate_rewards` (so the
    gather across processes is TRL's); its verdicts are kept: scores are the rewards, infos feed
    the replay, spans go to the credit maps.
-2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by
-   `mrtpo.advantages`: `grpo`/`gdpo` (equal to TRL's own numbers), or, for `mrtpo`, the (B, T)
-   per-token advantages from replaying this process's rows with the current policy
-   (`mrtpo.relevance.replay_distances`). TRL's `_compute_loss` accepts (B, T) advantages as is.
+2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by the
+   estimator of `mrtpo.advantages` named by `advantage_estimator` (looked up once): `grpo`/`gdpo`
+   (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
+   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`).
+   TRL's `_compute_loss` accepts (B, T) advantages as is.
 3. Logging. Beta, replay time and share of the step, and each reward's replay distance (mean and
    top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
-   `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps a few rows are handed
-   to `mrtpo.credit.write_training_maps` when that module provides it.
+   `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps the credit maps of a
+   few rows go to `mrtpo.credit.write_training_maps`.
 
 Several processes: TRL gathers the rewards of the whole generation batch on every process. The
 group statistics (Ã_k per group) and the batch statistics of S are computed from those gathered
@@ -34,15 +35,84 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from mrtpo import advantages
-from mrtpo.credit import write_training_maps
+from mrtpo.credit import CreditMap, write_training_maps
+from mrtpo.credit.replay import last_user_message
 from mrtpo.logging_callbacks import MetricsFileCallback
 from mrtpo.verifiers import Verdict, Verifier, completion_text
 
-ESTIMATORS = ("mrtpo", "gdpo", "grpo")
+ESTIMATORS = tuple(advantages.ESTIMATORS)  # "mrtpo", "gdpo", "grpo"
 REPLAY_MODES = ("leave_one_out", "add_one")
 EPS = 1e-4  # TRL's epsilon in both standard deviations
 TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
 CREDIT_ROWS_PER_END = 1  # credit maps: this many lowest- and this many highest-reward rows
+
+
+# ---------------------------------------------------------------------- what a step passes on
+# B: this process's rows; N: the whole generation batch's (all processes); K: reward functions;
+# T: the batch's completion width; R: rows replayed.
+
+
+@dataclass
+class ScoredBatch:
+    """What TRL's scoring (`_calculate_rewards`) saw and produced for one generation batch."""
+
+    prompts: list[Any]  # [B] prompts (text or chat messages)
+    completions: list[Any]  # [B] completions as the reward functions got them
+    completion_ids: list[list[int]]  # [B] response token ids, unpadded
+    rewards: torch.Tensor  # (N, K) gathered over processes; NaN where a reward gave no score
+    verdicts: list[list[Verdict] | None]  # [K] a verifier's [B] verdicts; None: plain function
+    local: slice  # this process's rows of `rewards`
+
+    def row_verdicts(self) -> list[list[Verdict]]:
+        """[B][K] verdicts; a plain function's is its score with no information."""
+        local_rewards = self.rewards[self.local]
+        rows: list[list[Verdict]] = [[] for _ in self.prompts]
+        for k, verdicts in enumerate(self.verdicts):
+            for i, row in enumerate(rows):
+                if verdicts is not None:
+                    row.append(verdicts[i])
+                else:
+                    score = local_rewards[i, k].item()
+                    row.append(Verdict(None if math.isnan(score) else score, ""))
+        return rows
+
+    def response_mask(self, width: int) -> torch.Tensor:
+        """(B, T=width) float: 1 on each row's response tokens."""
+        lengths = torch.tensor([len(ids) for ids in self.completion_ids])
+        return (torch.arange(width) < lengths.unsqueeze(1)).float()
+
+
+@dataclass
+class ReplayResult:
+    """One replay of some of this process's rows with the current policy (accelerator device)."""
+
+    rows: list[int]  # [R] the replayed rows, indices into this process's rows
+    distance: torch.Tensor  # (R, K, T) JS distance of each reward's information at each token
+    mask: torch.Tensor  # (R, T) 1 on response tokens
+    seconds: float  # wall time of the replay
+
+
+@dataclass
+class TokenAdvantages:
+    """A token-level estimator's (MRTPO's) part of a step, this process's rows."""
+
+    beta: float  # the weighting strength at this step (after warm-up)
+    replay: ReplayResult  # the rows where some Ã_k is not 0 (the others' weights cannot matter)
+    relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on rows not replayed
+    advantages: torch.Tensor  # (B, T) A_t, as the loss gets them
+
+
+@dataclass
+class StepAdvantages:
+    """The advantages a training generation batch got, for the metrics and the credit maps."""
+
+    reward_weights: torch.Tensor  # (K,) c_k
+    response: torch.Tensor  # (B,) each response's advantage: GRPO's, or GDPO's (= MRTPO's mean)
+    per_reward: torch.Tensor | None  # (B, K) Ã_k, NaN as 0; None where rewards are summed first
+    token: TokenAdvantages | None  # None for response-level estimators
+
+
+# ---------------------------------------------------------------------- config
 
 
 @dataclass
@@ -133,11 +203,12 @@ class MRTPOConfig(GRPOConfig):
             )
         # The estimator decides TRL's aggregation; GRPOConfig's default is "sum_then_normalize", so
         # the only visible contradiction is GDPO's aggregation requested with GRPO.
-        if self.advantage_estimator == "grpo":
+        if not advantages.get_estimator(self.advantage_estimator).normalizes_each_reward:
             if self.multi_objective_aggregation == "normalize_then_sum":
                 raise ValueError(
-                    "multi_objective_aggregation='normalize_then_sum' is GDPO; with advantage_estimator='grpo' "
-                    "leave it at 'sum_then_normalize' (or use advantage_estimator='gdpo')"
+                    "multi_objective_aggregation='normalize_then_sum' is GDPO; with "
+                    f"advantage_estimator={self.advantage_estimator!r} leave it at "
+                    "'sum_then_normalize' (or use advantage_estimator='gdpo')"
                 )
         else:
             self.multi_objective_aggregation = "normalize_then_sum"
@@ -189,7 +260,8 @@ class MRTPOTrainer(GRPOTrainer):
             _VerdictKeeper(func) if isinstance(func, Verifier) else func
             for func in self.reward_funcs
         ]
-        self._batch: dict[str, Any] = {}  # what `_calculate_rewards` saw, for the advantages
+        self._estimator = advantages.get_estimator(config.advantage_estimator)
+        self._scored: ScoredBatch | None = None  # the last `_calculate_rewards`, for advantages
         self._last_credit_step: int | None = None
 
     # ------------------------------------------------------------------ rewards and verdicts
@@ -202,92 +274,70 @@ class MRTPOTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(
             inputs, prompts, completions, completion_ids_list
         )
-        self._batch = {
-            "prompts": prompts,
-            "completions": completions,
-            "completion_ids": completion_ids_list,
-            "rewards": rewards_per_func,  # (N_global, K)
-            "verdicts": [
+        start = self.accelerator.process_index * len(prompts)
+        self._scored = ScoredBatch(
+            prompts=prompts,
+            completions=completions,
+            completion_ids=completion_ids_list,
+            rewards=rewards_per_func,
+            verdicts=[
                 func.verdicts if isinstance(func, _VerdictKeeper) else None
                 for func in self.reward_funcs
             ],
-        }
+            local=slice(start, start + len(prompts)),
+        )
         return rewards_per_func
-
-    def _local_verdicts(self) -> list[list[Verdict]]:
-        """Verdicts of this process's rows: [row][reward]; an empty-info verdict for plain functions."""
-        batch = self._batch
-        num_rows = len(batch["prompts"])
-        rows: list[list[Verdict]] = [[] for _ in range(num_rows)]
-        local = self._process_slice(num_rows)
-        for k, verdicts in enumerate(batch["verdicts"]):
-            for i in range(num_rows):
-                if verdicts is not None:
-                    rows[i].append(verdicts[i])
-                else:
-                    score = batch["rewards"][local][i, k].item()
-                    rows[i].append(Verdict(None if math.isnan(score) else score, ""))
-        return rows
-
-    def _process_slice(self, num_local_rows: int) -> slice:
-        start = self.accelerator.process_index * num_local_rows
-        return slice(start, start + num_local_rows)
 
     # ------------------------------------------------------------------ advantages
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._batch["rewards"]
-        local = self._process_slice(len(self._batch["prompts"]))
-        weights = self.reward_weights.to(rewards.device)
-        estimator = self.args.advantage_estimator
-
-        if estimator == "grpo":
-            scalar = advantages.grpo(
-                rewards, group_size, weights, scale=self.scale_rewards, eps=EPS
-            )
-        else:
-            scalar = advantages.gdpo(rewards, group_size, weights, eps=EPS)
-        output["advantages"] = scalar[local].to(output["advantages"].device)
-        if mode != "train":  # evaluation's loss needs no per-token credit: no replay
+        training = self.model.training
+        group_size = self.num_generations if training else self.num_generations_eval
+        scored = self._scored
+        reward_weights = self.reward_weights.to(scored.rewards.device)
+        response = self._estimator(
+            scored.rewards, group_size, reward_weights, scale=self.scale_rewards, eps=EPS
+        )[scored.local]
+        output["advantages"] = response.to(output["advantages"].device)
+        if not training:  # evaluation's loss needs no per-token credit: no replay
             return output
 
-        replay = None
-        if estimator == "mrtpo":
-            per_token, replay = self._mrtpo_advantages(output, rewards, group_size, local, weights)
-            output["advantages"] = per_token
-            self._log_replay(mode, replay)
+        width = output["completion_ids"].shape[1]
+        step = StepAdvantages(reward_weights, response, per_reward=None, token=None)
+        if self._estimator.normalizes_each_reward:
+            normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
+            step.per_reward = torch.nan_to_num(normalized[scored.local])
+        if self._estimator.token_level:
+            step.token = self._token_advantages(step, group_size, width)
+            output["advantages"] = step.token.advantages.to(output["completion_ids"].device)
+            self._log_replay(step.token)
         if self._credit_maps_due():
-            self._write_credit_maps(output, rewards, group_size, local, weights, replay)
+            self._write_credit_maps(step, width)
         return output
 
-    def _replay(self, completion_width: int, rows: list[int]) -> dict[str, Any]:
+    def _replay(self, completion_width: int, rows: list[int]) -> ReplayResult:
         """Replay `rows` (indices into this process's rows) with the current policy.
 
-        Returns distance (R, K, T) and mask (R, T) on the accelerator's device, T =
-        `completion_width`, plus the replayed rows' verdicts, the row indices, the seconds
-        and the beta in use. The model is unwrapped as TRL unwraps it for generation: ZeRO-3
-        parameters gathered, FSDP parameters summoned, gradient checkpointing off, PEFT
-        adapters active; so the replay is a local computation whatever each process replays.
+        Distance and mask come back on the accelerator's device, T = `completion_width`. The
+        model is unwrapped as TRL unwraps it for generation: ZeRO-3 parameters gathered, FSDP
+        parameters summoned, gradient checkpointing off, PEFT adapters active; so the replay is
+        a local computation whatever each process replays.
         """
         # Imported here: the replay engine is only needed when something is replayed.
         from mrtpo.relevance import replay_distances
 
-        verdicts = self._local_verdicts()
-        verdicts = [verdicts[i] for i in rows]
-        beta = advantages.beta_at(
-            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
-        )
         device = self.accelerator.device
-        num_rewards = len(self.reward_funcs)
         if not rows:
-            return {
-                "distance": torch.zeros(0, num_rewards, completion_width, device=device),
-                "mask": torch.zeros(0, completion_width, device=device),
-                **{"verdicts": [], "rows": [], "seconds": 0.0, "beta": beta},
-            }
+            num_rewards = len(self.reward_funcs)
+            return ReplayResult(
+                rows=[],
+                distance=torch.zeros(0, num_rewards, completion_width, device=device),
+                mask=torch.zeros(0, completion_width, device=device),
+                seconds=0.0,
+            )
+        scored = self._scored
+        verdicts = scored.row_verdicts()
         options = {}
         if self.args.replay_chunk_size is not None:
             options["chunk_size"] = self.args.replay_chunk_size
@@ -311,9 +361,9 @@ class MRTPOTrainer(GRPOTrainer):
                 distance, mask = replay_distances(
                     model,
                     self.processing_class,
-                    [self._batch["prompts"][i] for i in rows],
-                    [self._batch["completion_ids"][i] for i in rows],
-                    [[verdict.info for verdict in row] for row in verdicts],
+                    [scored.prompts[i] for i in rows],
+                    [scored.completion_ids[i] for i in rows],
+                    [[verdict.info for verdict in verdicts[i]] for i in rows],
                     mode=self.args.replay_mode,
                     chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
                     **options,
@@ -322,14 +372,12 @@ class MRTPOTrainer(GRPOTrainer):
                 model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
-        return {
-            "distance": _fit_width(distance.float(), completion_width).to(device),
-            "mask": _fit_width(mask.float(), completion_width).to(device),
-            "verdicts": verdicts,
-            "rows": list(rows),
-            "seconds": time.perf_counter() - started,
-            "beta": beta,
-        }
+        return ReplayResult(
+            rows=list(rows),
+            distance=_fit_width(distance.float(), completion_width).to(device),
+            mask=_fit_width(mask.float(), completion_width).to(device),
+            seconds=time.perf_counter() - started,
+        )
 
     def _rows_to_replay(self, normalized: torch.Tensor) -> list[int]:
         """The local rows whose distances can change their advantages.
@@ -340,71 +388,62 @@ class MRTPOTrainer(GRPOTrainer):
         """
         return (normalized != 0).any(dim=1).nonzero().flatten().tolist()
 
-    def _mrtpo_advantages(
-        self,
-        output: dict[str, Any],
-        rewards: torch.Tensor,
-        group_size: int,
-        local: slice,
-        weights: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _token_advantages(
+        self, step: StepAdvantages, group_size: int, width: int
+    ) -> TokenAdvantages:
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
-        width = output["completion_ids"].shape[1]
-        lengths = torch.tensor([len(ids) for ids in self._batch["completion_ids"]])
-        local_mask = (torch.arange(width) < lengths.unsqueeze(1)).float()
-        local_mask = local_mask.to(self.accelerator.device)
-        normalized = torch.nan_to_num(advantages.per_reward(rewards, group_size, eps=EPS)[local])
-        rows = self._rows_to_replay(normalized)
-        replay = self._replay(width, rows)
-        replay["num_rows"] = len(lengths)
-
-        # `mrtpo()` takes the whole batch's rewards (group and batch statistics) and distances
-        # for every row. Rows that are not replayed (other processes' rows, rows skipped above)
-        # get zero distance, i.e. uniform weights; a row's advantage depends only on its own
-        # distances and on the rewards, so this equals a single process replaying everything.
-        num_rows, num_rewards = rewards.shape
-        distance = torch.zeros(num_rows, num_rewards, width, device=local_mask.device)
-        mask = torch.ones(num_rows, width, device=local_mask.device)
-        local_distance = distance[local]  # a view: writes go into `distance`
-        local_distance[rows] = replay["distance"]
-        mask[local] = local_mask
-        replay["local_distance"] = local_distance  # (B, K, T), 0 on rows not replayed
-        replay["local_mask"] = local_mask  # (B, T)
-        generator = None
+        scored = self._scored
+        replay = self._replay(width, self._rows_to_replay(step.per_reward))
+        beta = advantages.beta_at(
+            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
+        )
+        # The estimator takes the whole batch's rewards (group and batch statistics) and
+        # distances for every row. Rows that are not replayed (other processes' rows, rows
+        # skipped above) get zero distance, i.e. uniform weights; a row's advantage depends only
+        # on its own distances and on the rewards, so this equals a single process replaying
+        # everything.
+        device = self.accelerator.device
+        num_rows, num_rewards = scored.rewards.shape
+        distance = torch.zeros(num_rows, num_rewards, width, device=device)
+        mask = torch.ones(num_rows, width, device=device)
+        distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
+        mask[scored.local] = scored.response_mask(width).to(device)
+        relevance = advantages.token_weights(distance, mask, beta)
+        spread = relevance
         if self.args.shuffle_token_weights:
             # Seeded by step and process so that a resumed run shuffles as the original did.
             generator = torch.Generator(device=distance.device)
             generator.manual_seed(
                 self.args.seed + 1_000_003 * self.state.global_step + self.accelerator.process_index
             )
-        per_token = advantages.mrtpo(
-            rewards,
+            spread = advantages.shuffle_weights(relevance, mask, generator)
+        per_token = self._estimator(
+            scored.rewards,
             group_size,
-            distance,
-            mask,
-            replay["beta"],
-            weights=weights,
+            step.reward_weights,
+            scale=self.scale_rewards,
             eps=EPS,
-            shuffle=self.args.shuffle_token_weights,
-            generator=generator,
-        )[local]
-        return per_token.to(output["completion_ids"].device), replay
+            relevance=advantages.TokenRelevance(spread, mask),
+        )
+        return TokenAdvantages(beta, replay, relevance[scored.local], per_token[scored.local])
 
     # ------------------------------------------------------------------ metrics
 
-    def _log_replay(self, mode: str, replay: dict[str, Any]) -> None:
-        metrics = self._metrics[mode]
-        metrics["mrtpo/beta"].append(replay["beta"])
+    def _log_replay(self, token: TokenAdvantages) -> None:
+        metrics = self._metrics["train"]
+        replay = token.replay
+        metrics["mrtpo/beta"].append(token.beta)
         device = self.accelerator.device
-        seconds = torch.tensor([replay["seconds"]], device=device)
+        seconds = torch.tensor([replay.seconds], device=device)
         metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
-        counts = torch.tensor([len(replay["rows"]), replay["num_rows"]], device=device).float()
+        num_rows = len(self._scored.prompts)
+        counts = torch.tensor([len(replay.rows), num_rows], device=device).float()
         replayed, total_rows = self.accelerator.reduce(counts, reduction="sum").tolist()
         metrics["mrtpo/replayed_rows_share"].append(replayed / total_rows)
         # Distance statistics over the replayed rows.
-        distance, mask = replay["distance"], replay["mask"]
-        token_mean = _distance_token_sums(distance, mask)  # (K, 2): sum, count
-        top_share = _top_share_sums(distance, mask, TOP_SHARE)  # (K, 2): sum of shares, responses
+        token_mean = _distance_token_sums(replay.distance, replay.mask)  # (K, 2): sum, count
+        # (K, 2): sum of shares, responses
+        top_share = _top_share_sums(replay.distance, replay.mask, TOP_SHARE)
         totals = self.accelerator.reduce(torch.stack([token_mean, top_share]), reduction="sum")
         for k, name in enumerate(self.reward_func_names):
             metrics[f"mrtpo/distance/{name}/mean"].append(_ratio(totals[0, k]))
@@ -430,15 +469,7 @@ class MRTPOTrainer(GRPOTrainer):
             return False
         return True
 
-    def _write_credit_maps(
-        self,
-        output: dict[str, Any],
-        rewards: torch.Tensor,
-        group_size: int,
-        local: slice,
-        weights: torch.Tensor,
-        replay: dict[str, Any] | None,
-    ) -> None:
+    def _write_credit_maps(self, step: StepAdvantages, width: int) -> None:
         """Maps of the lowest- and highest-total-reward rows of the main process's share.
 
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
@@ -446,83 +477,73 @@ class MRTPOTrainer(GRPOTrainer):
         replays its own pick (a local computation, see `_replay`); the main process writes.
         """
         self._last_credit_step = self.state.global_step
-        local_rewards = rewards[local]
-        total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
+        scored = self._scored
+        total = (torch.nan_to_num(scored.rewards[scored.local]) * step.reward_weights).sum(dim=1)
         order = torch.argsort(total, stable=True).tolist()
         chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
-        replays = [] if replay is None else [replay]
-        missing = [i for i in chosen if replay is None or i not in replay["rows"]]
-        if missing:  # GDPO/GRPO, or MRTPO rows skipped because no reward varied
-            replays.append(self._replay(output["completion_ids"].shape[1], rows=missing))
+        replayed = step.token.replay.rows if step.token is not None else []
+        missing = [i for i in chosen if i not in replayed]
+        # GDPO/GRPO, or MRTPO rows skipped because no reward varied
+        extra = self._replay(width, rows=missing) if missing else None
         if not self.accelerator.is_main_process:
             return
-        records = self._credit_records(output, rewards, group_size, local, weights, replays, chosen)
-        write_training_maps(self.args.output_dir, self.state.global_step, records)
-
-    def _credit_records(
-        self,
-        output: dict[str, Any],
-        rewards: torch.Tensor,
-        group_size: int,
-        local: slice,
-        weights: torch.Tensor,
-        replays: list[dict[str, Any]],
-        chosen: list[int],
-    ) -> list[dict[str, Any]]:
-        """One record per chosen row (local index) in the format of
-        `mrtpo.credit.write_training_maps`, arrays cut to the response's own length.
-
-        MRTPO: its weights and per-token advantages. GDPO/GRPO: no weights (uniform) and the
-        response's scalar advantage on every token; GRPO has no per-reward advantages.
-        """
-        estimator = self.args.advantage_estimator
-        local_rewards = rewards[local]
-        total = (torch.nan_to_num(local_rewards) * weights).sum(dim=1)
-        reward_advantage = torch.nan_to_num(
-            advantages.per_reward(rewards, group_size, eps=EPS)[local]
-        )
-        gdpo = advantages.gdpo(rewards, group_size, weights, eps=EPS)[local]
-        found = {row: (replay, j) for replay in replays for j, row in enumerate(replay["rows"])}
-        records = []
+        verdicts = scored.row_verdicts()
+        maps = []
         for rank, i in enumerate(chosen):
             label = "lowest" if rank < CREDIT_ROWS_PER_END and len(chosen) > 1 else "highest"
-            length = len(self._batch["completion_ids"][i])
-            replay, j = found[i]
-            token_weight = advantages.token_weights(
-                replay["distance"][j : j + 1], replay["mask"][j : j + 1], replay["beta"]
-            )[0]
-            if estimator == "mrtpo":
-                token_advantages = output["advantages"][i, :length]
-            else:
-                token_advantages = output["advantages"][i].expand(length)
-            records.append(
-                {
-                    "title": f"{label} total reward ({total[i].item():.3g}), "
-                    f"step {self.state.global_step}, {estimator}",
-                    "prompt": self._batch["prompts"][i],
-                    "completion_ids": list(self._batch["completion_ids"][i]),
-                    "tokenizer": self.processing_class,
-                    "text": completion_text(self._batch["completions"][i]),
-                    "names": list(self.reward_func_names),
-                    "distance": replay["distance"][j, :, :length].cpu(),  # [K, T]
-                    # [K, T] MRTPO's weights; None (uniform) for GDPO and GRPO
-                    "weights": token_weight[:, :length].cpu() if estimator == "mrtpo" else None,
-                    # [K] Ã_k, c_k apart; GRPO sums rewards before normalizing: none
-                    "reward_advantages": reward_advantage[i].cpu() if estimator != "grpo" else None,
-                    "reward_weights": weights.cpu(),  # [K] c_k
-                    "token_advantages": token_advantages.cpu(),  # [T] A_t, as the loss gets it
-                    "gdpo_advantage": gdpo[i].item() if estimator != "grpo" else None,
-                    "verdicts": replay["verdicts"][j],  # [K] Verdict
-                    # Not read by the renderer; kept for whoever inspects the records.
-                    "label": label,
-                    "estimator": estimator,
-                    "step": self.state.global_step,
-                    "rewards": local_rewards[i].tolist(),
-                    "total_reward": total[i].item(),
-                    "beta": replay["beta"],
-                }
+            title = (
+                f"{label} total reward ({total[i].item():.3g}), "
+                f"step {self.state.global_step}, {self._estimator.name}"
             )
-        return records
+            maps.append(self._credit_map(step, i, extra, verdicts[i], title))
+        write_training_maps(self.args.output_dir, self.state.global_step, maps)
+
+    def _credit_map(
+        self,
+        step: StepAdvantages,
+        row: int,
+        extra: ReplayResult | None,
+        verdicts: list[Verdict],
+        title: str,
+    ) -> CreditMap:
+        """The map of one local row, arrays cut to the response's own length.
+
+        MRTPO: its weights and per-token advantages. GDPO/GRPO: no weights (uniform) and the
+        response's advantage on every token; GRPO has no per-reward advantages.
+        """
+        scored, token = self._scored, step.token
+        length = len(scored.completion_ids[row])
+        weights = None
+        if token is not None and row in token.replay.rows:
+            distance = token.replay.distance[token.replay.rows.index(row)]
+            weights = token.relevance[row]
+        else:  # replayed for the map only
+            j = extra.rows.index(row)
+            distance = extra.distance[j]
+            if token is not None:
+                weights = advantages.token_weights(
+                    extra.distance[j : j + 1], extra.mask[j : j + 1], token.beta
+                )[0]
+        if token is not None:
+            token_advantages = token.advantages[row, :length]
+        else:
+            token_advantages = step.response[row].expand(length)
+        has_per_reward = step.per_reward is not None
+        return CreditMap.from_replay(
+            self.processing_class,
+            scored.completion_ids[row],
+            self.reward_func_names,
+            distance[:, :length].cpu(),
+            weights=None if weights is None else weights[:, :length].cpu(),
+            reward_advantages=step.per_reward[row].cpu() if has_per_reward else None,
+            token_advantages=token_advantages.cpu(),  # A_t, as the loss gets it
+            verdicts=verdicts,
+            text=completion_text(scored.completions[row]),
+            gdpo_advantage=step.response[row].item() if has_per_reward else None,
+            reward_weights=step.reward_weights.cpu(),
+            prompt=last_user_message(scored.prompts[row]),
+            title=title,
+        )
 
 
 # ---------------------------------------------------------------------- helpers

@@ -25,7 +25,7 @@ def _mean_scores(maps: Sequence[CreditMap]) -> dict[str, float]:
 
 
 def write_training_maps(
-    output_dir: str | Path, step: int, records: Sequence[Mapping[str, Any] | CreditMap]
+    output_dir: str | Path, step: int, records: Sequence[CreditMap | Mapping[str, Any]]
 ) -> Path:
     """Write the credit maps of a few training rows; (re)write the index of all steps.
 
@@ -34,7 +34,7 @@ def write_training_maps(
     score over its rows; the steps are remembered in `output_dir/credit/index.json`).
     Returns the path of the step's page.
 
-    Each record is a `CreditMap` or a dict for one row of the batch:
+    Each record is a `CreditMap` (what the trainer passes) or a dict for one row of the batch:
       prompt: str, or the chat messages (the last message's content is shown);
       completion_ids: [T] the response token ids (may be right-padded, see mask);
       tokenizer: the processing class that decodes them (offsets come from it);
