@@ -12,7 +12,6 @@ from typing import Any
 from datasets import Dataset
 
 from mrtpo.tasks.base import Task
-from mrtpo.tasks.instructions.checkers import CHECKERS, Constraint, build_constraint
 from mrtpo.tasks.instructions.loader import SYSTEM_PROMPT, load_ifeval
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.verifiers import Verdict
@@ -77,15 +76,3 @@ class InstructionsTask(Task):
 
 
 TASK = InstructionsTask()
-
-__all__ = [
-    "CHECKERS",
-    "DATA_DIR",
-    "MAX_BUNDLED_CONSTRAINTS",
-    "TASK",
-    "Constraint",
-    "ConstraintSlot",
-    "InstructionsTask",
-    "build_constraint",
-    "load_ifeval",
-]
