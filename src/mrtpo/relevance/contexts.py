@@ -190,7 +190,7 @@ def build_contexts(
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError(f"prompts[{row}] is empty: there is no context to replay after")
-        ids = tokenizer(text=[prompt + text for text in distinct])["input_ids"]
+        ids = [tokenizer(text=prompt + text)["input_ids"] for text in distinct]
     else:
         _check_messages(prompt, row, tokenizer, chat_template)
         ids = tokenizer.apply_chat_template(
