@@ -4,9 +4,10 @@
 (``contexts``) and takes the JS distance (``distance``) of the reference context's next-token
 distribution against each other one's. How it is kept cheap (the Cost section of
 ``docs/METHOD.md``):
-- Every context of a prompt shares the prompt as a prefix. That prefix is run once per
-  distinct prompt (the G rows of a group share it); its KV cache is reused by all
-  ``G * (K + 1)`` contexts, which only run (information + completion). Identical contexts of a
+- Every context of a prompt shares the prompt as a prefix (their longest common token prefix,
+  up to the last tokens of the prompt). That prefix is run once per distinct prompt (the G
+  rows of a group share it); its KV cache is reused by all ``G * (K + 1)`` contexts, which
+  only run (the rest of their ids + completion). Identical contexts of a
   row run once (e.g. an empty information string), and their distance is exactly 0.
 - The contexts of a prompt repeat the same information: a piece sits in K of a row's K + 1
   contexts, and a format rule, a schema or a reference is the same in all G rows. Every run of
@@ -28,7 +29,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrtpo.relevance.contexts import Contexts, build_contexts, check_inputs, check_positive
+from mrtpo.relevance.contexts import (
+    Contexts,
+    check_inputs,
+    check_positive,
+    contexts_of_rows,
+    share_prefixes,
+)
 from mrtpo.relevance.distance import chunked_distances
 from mrtpo.relevance.kv_share import batch_cache, cache_keyword, plain_layers, run_body
 
@@ -248,7 +255,9 @@ def _replay_hidden(
     for prefix, rows in by_prefix.items():
         # The prefix's last token is run with each context, so that the hidden state predicting
         # the first completion token always comes from the context pass (even with no suffix).
-        cached = len(prefix) - 1
+        # An empty prefix (contexts that differ from their first token on) caches nothing.
+        last = prefix[-1:]
+        cached = len(prefix) - len(last)
         prefix_cache = shared = None
         if cached:
             ids = torch.tensor([prefix[:-1]], device=device)
@@ -260,7 +269,7 @@ def _replay_hidden(
         for row in rows:
             for slot, context in enumerate(unique[row]):
                 suffix = contexts[row].suffixes[context]
-                key = ((prefix[-1], *suffix, *completions[row][:-1]), len(suffix))
+                key = ((*last, *suffix, *completions[row][:-1]), len(last) + len(suffix) - 1)
                 jobs.setdefault(key, []).append((row, slot))
         keys = list(jobs)
         # A job's shareable part ends before its last context token, whose state it needs.
@@ -304,6 +313,8 @@ def replay_distances(
     batch_size: int = DEFAULT_BATCH_SIZE,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     share_information: bool = True,
+    tools: Sequence[Any] | None = None,
+    chat_template: str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -319,11 +330,16 @@ def replay_distances(
         chunk_size: response positions (of all rows, pooled) per lm_head + log-softmax + JS
             chunk (bounds memory).
         batch_size: contexts per forward pass (bounds memory).
-        chat_template_kwargs: extra keyword arguments for ``apply_chat_template``.
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template``; with
+            ``tools`` and ``chat_template``, pass what the prompts were rendered with for
+            generation (TRL's ``trainer.chat_template_kwargs``, ``trainer.tools``,
+            ``trainer.chat_template``): each context is rendered and tokenized as TRL does.
         share_information: run once the information tokens that several contexts of a prompt
             share (the same text in several contexts of a row, or in several rows of a
             group: a format rule, a schema, a reference) and let each context read their keys
             and values. The result is the same; False runs every context whole (a check).
+        tools: the tools rendered into chat prompts (None or empty: none).
+        chat_template: a chat template used instead of the tokenizer's.
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -333,10 +349,10 @@ def replay_distances(
     completions, num_rewards = check_inputs(prompts, completion_ids, infos, mode)
     check_positive("chunk_size", chunk_size)
     check_positive("batch_size", batch_size)
-    contexts = [
-        build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
-        for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
-    ]
+    contexts = contexts_of_rows(
+        tokenizer, prompts, infos, mode, chat_template_kwargs, tools, chat_template
+    )
+    contexts = share_prefixes(contexts, prompts)  # one prefix pass per distinct prompt
     # Distinct contexts per row: identical ones (same ids) run once and are exactly 0 apart.
     unique: list[list[int]] = []
     slot_of: list[list[int]] = []
