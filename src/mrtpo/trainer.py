@@ -196,6 +196,13 @@ class MRTPOTrainer(GRPOTrainer):
             for func in self.reward_funcs
         ]
         self._estimator = advantages.get_estimator(config.advantage_estimator)
+        if self._estimator.token_level and self.environment_factories is not None:
+            # TRL renders each row with its environment's own tools; the replay takes one list.
+            raise ValueError(
+                "environment_factories is not supported with advantage_estimator="
+                f"{config.advantage_estimator!r}: the replay renders every row with one tool list; "
+                "use advantage_estimator='gdpo' with environments"
+            )
         self._scored: ScoredBatch | None = None  # the last `_calculate_rewards`, for advantages
         self._last_credit_step: int | None = None
 
@@ -300,7 +307,10 @@ class MRTPOTrainer(GRPOTrainer):
                     [scored.completion_ids[i] for i in rows],
                     [[verdict.info for verdict in verdicts[i]] for i in rows],
                     mode=self.args.replay_mode,
-                    chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
+                    # Render exactly as TRL rendered the prompts for generation.
+                    chat_template_kwargs=self.chat_template_kwargs,
+                    tools=self.tools,
+                    chat_template=self.chat_template,
                     **options,
                 )
             finally:
