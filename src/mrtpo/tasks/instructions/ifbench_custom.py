@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
 import unicodedata
 
@@ -166,11 +167,14 @@ def _european_capitals_sort(response: str) -> Outcome:
     return Outcome(passed, "not the expected capitals in the expected order", whole(response))
 
 
-def _csv_rows(response: str, delimiter: str = ",") -> list[list[str]] | None:
-    """The rows Python's csv module reads, or None where it raises (a field over its size
-    limit: IFBench would stop there)."""
+def _csv_rows(response: str, most: int, delimiter: str = ",") -> list[list[str]] | None:
+    """The first `most` + 1 rows Python's csv module reads (enough to tell whether there are
+    `most`), or None where it raises (a field over its size limit: IFBench would stop there;
+    past the rows read it may raise too, but the answer is "no" either way)."""
     try:
-        return list(csv.reader(io.StringIO(response), delimiter=delimiter))
+        return list(
+            itertools.islice(csv.reader(io.StringIO(response), delimiter=delimiter), most + 1)
+        )
     except csv.Error:
         return None
 
@@ -181,7 +185,7 @@ def _csv_rows(response: str, delimiter: str = ",") -> list[list[str]] | None:
     "data should be comma delimited. Please generate 7 rows.",
 )
 def _csv_city(response: str) -> Outcome:
-    rows = _csv_rows(response)
+    rows = _csv_rows(response, 8)
     if rows is None or len(rows) != 8:
         return Outcome(False, "not a header and 7 rows of CSV", whole(response))
     if rows[0] != ["ID", "Country", "City", "Year", "Count"]:
@@ -220,7 +224,7 @@ def _csv_special_character(response: str) -> Outcome:
             False, "the header is not ProductID,Category,Brand,Price,Stock", whole(response)
         )
     # IFBench triples every double quote before parsing, so quotes stay in the fields.
-    rows = _csv_rows(response.replace('"', '"""'))
+    rows = _csv_rows(response.replace('"', '"""'), 15)
     if rows is None or len(rows) != 15:
         return Outcome(False, "not a header and 14 rows of CSV", whole(response))
     for row in rows[1:]:
@@ -248,7 +252,7 @@ def _csv_quotes(response: str) -> Outcome:
         return Outcome(
             False, "the header is not StudentID, Subject, Grade, Semester, Score", whole(response)
         )
-    rows = _csv_rows(response.replace('"', '"""'), delimiter="\t")
+    rows = _csv_rows(response.replace('"', '"""'), 4, delimiter="\t")
     if rows is None or len(rows) != 4:
         return Outcome(False, "not a header and 3 rows of tab-separated values", whole(response))
     for row in rows:
