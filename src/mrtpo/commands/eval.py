@@ -215,6 +215,13 @@ def evaluate(
     for verifier, verdicts in zip(verifiers, verdicts_by_verifier, strict=True):
         summary[verifier.name] = mean_applicable([v.score for v in verdicts])
     headline = task.headline(verdicts_by_example)
+    # Instruction following reports IFEval's/IFBench's loose mode and per-id accuracy too.
+    following = getattr(task, "following_report", None)
+    per_instruction = {}
+    if following is not None:
+        report = following(texts, columns)
+        headline = {**headline, **report["headline"]}
+        per_instruction = {"per_instruction": report["per_instruction"]}
     examples = [
         {
             "prompt": prompt,
@@ -229,7 +236,7 @@ def evaluate(
             prompts, texts, completion_ids, verdicts_by_example, strict=True
         )
     ]
-    return {"verifiers": summary, "headline": headline, "examples": examples}
+    return {"verifiers": summary, "headline": headline, **per_instruction, "examples": examples}
 
 
 def summary_table(title: str | None, columns: dict[str, dict[str, Any]]) -> Any:

@@ -36,7 +36,12 @@ from mrtpo.tasks.instructions.checkers import (
     Constraint,
     build_constraint,
 )
-from mrtpo.tasks.instructions.loader import load_ifeval
+from mrtpo.tasks.instructions.loader import load_ifbench, load_ifeval
+from mrtpo.tasks.instructions.metrics import (
+    INSTRUCTION_LEVEL_LOOSE,
+    PROMPT_LEVEL_LOOSE,
+    following_report,
+)
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.tasks.instructions.task import (
     DATA_DIR,
@@ -52,12 +57,16 @@ __all__ = [
     "DATA_DIR",
     "IFBENCH_CHECKERS",
     "INSTRUCTION_LEVEL",
+    "INSTRUCTION_LEVEL_LOOSE",
     "MAX_BUNDLED_CONSTRAINTS",
     "PROMPT_LEVEL",
+    "PROMPT_LEVEL_LOOSE",
     "TASK",
     "Constraint",
     "ConstraintSlot",
     "InstructionsTask",
     "build_constraint",
+    "following_report",
+    "load_ifbench",
     "load_ifeval",
 ]
