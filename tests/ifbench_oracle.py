@@ -20,24 +20,32 @@ import nltk
 from mrtpo.tasks.instructions.text import NLTK_DIR, sentence_tokenizer
 
 
-def _stub_downloads() -> None:
+def _import_offline():
+    """IFBench's checkers module, imported with spaCy stubbed for the import only (datasets
+    inspects any `spacy` in sys.modules) and NLTK's downloader a no-op from then on."""
     spacy = types.ModuleType("spacy")
     spacy_cli = types.ModuleType("spacy.cli")
     spacy_cli.download = lambda *args, **kwargs: None
     spacy.cli = spacy_cli
-    sys.modules.setdefault("spacy", spacy)
-    sys.modules.setdefault("spacy.cli", spacy_cli)
+    stubs = {"spacy": spacy, "spacy.cli": spacy_cli}
+    present = {name: sys.modules[name] for name in stubs if name in sys.modules}
     nltk.download = lambda *args, **kwargs: True
     # `nltk.pos_tag` loads its tagger on every call (twice per check); one load serves all.
     nltk.tag._get_tagger = functools.cache(nltk.tag._get_tagger)
     sentence_tokenizer()  # puts NLTK_DIR first on NLTK's search path
     if str(NLTK_DIR) not in nltk.data.path:
         nltk.data.path.insert(0, str(NLTK_DIR))
+    sys.modules.update(stubs)
+    try:
+        from ifbench import instructions_registry
+    finally:
+        for name in stubs:
+            sys.modules.pop(name, None)
+        sys.modules.update(present)
+    return instructions_registry
 
 
-_stub_downloads()
-
-from ifbench import instructions_registry  # noqa: E402
+instructions_registry = _import_offline()
 
 
 def official_verdict(instruction_id: str, kwargs: Mapping[str, Any], response: str) -> bool:

@@ -11,7 +11,13 @@ import pytest
 from test_ifbench_agreement import CASES
 from test_instructions_checkers import ONE_KWARGS_PER_ID
 
-from mrtpo.tasks.instructions import CHECKERS, IFBENCH_CHECKERS, build_constraint
+from mrtpo.tasks.instructions import (
+    CHECKERS,
+    IFBENCH_CHECKERS,
+    build_constraint,
+    ifbench_text,
+    text,
+)
 
 LENGTH = 200_000
 SECONDS = 1.0
@@ -44,13 +50,21 @@ def test_every_checker_is_timed():
     assert set(KWARGS) == set(CHECKERS) | set(IFBENCH_CHECKERS)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def loaded_models():
+    """Models load once, on first use; they are not what is timed."""
+    text.detect_language("a few words of English")
+    ifbench_text.pos_tagger()
+    ifbench_text.english_stopwords()
+
+
 @pytest.mark.parametrize("instruction_id", sorted(KWARGS))
 def test_hostile_responses_get_a_verdict_in_under_a_second(instruction_id):
     constraint = build_constraint(instruction_id, KWARGS[instruction_id])
-    constraint.check("A short warm-up answer.")  # loads models (language profiles, tagger)
     for name, response in HOSTILE.items():
-        started = time.perf_counter()
+        # CPU time of this process: other jobs on a shared machine do not count against it.
+        started = time.process_time()
         verdict = constraint.check(response)
-        seconds = time.perf_counter() - started
+        seconds = time.process_time() - started
         assert verdict.score in (0.0, 1.0)
         assert seconds < SECONDS, f"{name}: {seconds:.2f} s"
