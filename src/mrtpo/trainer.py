@@ -273,11 +273,7 @@ class MRTPOTrainer(GRPOTrainer):
             )
         scored = self._scored
         verdicts = scored.row_verdicts()
-        options = {}
-        if self.args.replay_chunk_size is not None:
-            options["chunk_size"] = self.args.replay_chunk_size
-        if self.args.replay_batch_size is not None:
-            options["batch_size"] = self.args.replay_batch_size
+        options = self._replay_options()
 
         started = time.perf_counter()
         with (
@@ -289,6 +285,7 @@ class MRTPOTrainer(GRPOTrainer):
             ) as model,
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            self.accelerator.autocast(),  # TRL's loss forward runs under it: same distributions
         ):
             was_training = model.training
             model.eval()
@@ -313,6 +310,19 @@ class MRTPOTrainer(GRPOTrainer):
             mask=_fit_width(mask.float(), completion_width).to(device),
             seconds=time.perf_counter() - started,
         )
+
+    def _replay_options(self) -> dict[str, Any]:
+        """Keyword options of `replay_distances`: the policy's distribution as TRL's loss
+        computes it (temperature, LM head precision) and the configured sizes."""
+        options: dict[str, Any] = {
+            "temperature": self.temperature,
+            "lm_head_fp32": self.args.cast_lm_head_to_fp32,
+        }
+        if self.args.replay_chunk_size is not None:
+            options["chunk_size"] = self.args.replay_chunk_size
+        if self.args.replay_batch_size is not None:
+            options["batch_size"] = self.args.replay_batch_size
+        return options
 
     def _rows_to_replay(self, normalized: torch.Tensor) -> list[int]:
         """The local rows whose distances can change their advantages.

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from mrtpo.relevance.contexts import Contexts, build_contexts, check_inputs, check_positive
 from mrtpo.relevance.distance import chunked_distances
+from mrtpo.relevance.head import PolicyHead
 from mrtpo.relevance.kv_share import batch_cache, cache_keyword, plain_layers, run_body
 
 DEFAULT_CHUNK_SIZE = 64  # response positions (all rows pooled) per lm_head + JS chunk
@@ -39,15 +40,6 @@ SHARE_MIN_TOKENS = 8  # a shared run of information shorter than this is not run
 
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def _logits(model: Any, hidden: Tensor) -> Tensor:
-    """Next-token logits (float32) from last hidden states, as the model's head computes them."""
-    logits = model.get_output_embeddings()(hidden).float()
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
 
 
 @dataclass(frozen=True)
@@ -304,6 +296,8 @@ def replay_distances(
     batch_size: int = DEFAULT_BATCH_SIZE,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     share_information: bool = True,
+    temperature: float = 1.0,
+    lm_head_fp32: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -324,6 +318,10 @@ def replay_distances(
             share (the same text in several contexts of a row, or in several rows of a
             group: a format rule, a schema, a reference) and let each context read their keys
             and values. The result is the same; False runs every context whole (a check).
+        temperature: the sampling temperature. The distributions compared are the policy's as
+            TRL's loss computes them (``mrtpo.relevance.head``: logit scale, soft-cap, then
+            divided by the temperature), under the caller's autocast as TRL's forward is.
+        lm_head_fp32: project in float32 outside autocast (TRL's ``cast_lm_head_to_fp32``).
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -333,6 +331,7 @@ def replay_distances(
     completions, num_rewards = check_inputs(prompts, completion_ids, infos, mode)
     check_positive("chunk_size", chunk_size)
     check_positive("batch_size", batch_size)
+    head = PolicyHead.of(model, temperature, lm_head_fp32)
     contexts = [
         build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
         for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
@@ -368,7 +367,7 @@ def replay_distances(
                 SHARE_MIN_TOKENS if share_information else None,
             )
             chunked_distances(
-                functools.partial(_logits, model), hidden, slot_of, chunk_size, distance
+                functools.partial(head.logits, model), hidden, slot_of, chunk_size, distance
             )
     finally:
         model.train(was_training)
