@@ -146,3 +146,91 @@ def test_trainer_replays_under_accelerate_autocast(tmp_path, monkeypatch):
     for enabled, dtype, kwargs in seen:
         assert enabled and dtype == torch.bfloat16
         assert kwargs["temperature"] == 0.8
+
+
+# ----------------------------------------------------------------------------- cost
+
+
+def test_js_block_is_sized_by_device(monkeypatch):
+    """CPU: cache-sized blocks; accelerators: one block per chunk of a large vocabulary.
+    Same distances either way."""
+    import mrtpo.relevance.distance as distance_module
+
+    assert distance_module.js_block_elements(torch.device("cpu")) == 2**19
+    assert distance_module.js_block_elements(torch.device("cuda", 0)) >= 2**26
+    generator = torch.Generator().manual_seed(0)
+    vocab, positions, num_rewards = 4096, 64, 3
+    hidden = [torch.randn(num_rewards + 1, positions, vocab, generator=generator)]
+    calls = []
+    real_js = distance_module._js_from_log_probs
+
+    def counting(*args, **kwargs):
+        calls.append(args[1].shape[1])
+        return real_js(*args, **kwargs)
+
+    monkeypatch.setattr(distance_module, "_js_from_log_probs", counting)
+    results = {}
+    for device_type in ("cpu", "cuda"):
+        calls.clear()
+        monkeypatch.setattr(
+            distance_module,
+            "js_block_elements",
+            lambda device, kind=device_type: (
+                distance_module.JS_BLOCK_ELEMENTS
+                if kind == "cpu"
+                else distance_module.JS_BLOCK_ELEMENTS_ACCELERATOR
+            ),
+        )
+        out = torch.zeros(1, num_rewards, positions)
+        distance_module.chunked_distances(lambda x: x, hidden, [[0, 1, 2, 3]], positions, out)
+        results[device_type] = (out, list(calls))
+    (cpu_out, cpu_calls), (cuda_out, cuda_calls) = results["cpu"], results["cuda"]
+    assert len(cpu_calls) > 1 and cuda_calls == [positions]
+    torch.testing.assert_close(cpu_out, cuda_out, atol=1e-6, rtol=0)
+
+
+class _HybridBody(torch.nn.Module):
+    """A decoder whose cache holds a recurrent state (no attention keys/values to copy): given a
+    cache back, it fails, as a real recurrent state cannot be shared by a batch of contexts."""
+
+    def __init__(self, body: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = body
+
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=None
+    ):
+        from transformers.cache_utils import LinearAttentionLayer
+
+        if cache is not None:
+            raise AssertionError("the replay passed a cache to a model with a recurrent state")
+        out = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        )
+        state = SimpleNamespace(layers=[LinearAttentionLayer()]) if use_cache else None
+        return SimpleNamespace(last_hidden_state=out.last_hidden_state, cache=state)
+
+
+def test_model_with_a_recurrent_cache_replays_without_the_shared_cache(tiny):
+    from mrtpo.relevance import naive_replay_distances
+
+    model, tokenizer = tiny
+    hybrid = copy.deepcopy(model)
+    with torch.no_grad():  # peaked distributions: distances far from 0
+        for name, parameter in hybrid.named_parameters():
+            if "norm" not in name:
+                parameter.mul_(8.0)
+    hybrid_body = _HybridBody(hybrid.get_decoder())
+    hybrid.get_decoder = lambda: hybrid_body
+    other = [{"role": "user", "content": "Write about the ocean. Do not use any commas."}]
+    completion = tokenizer(COMPLETION, add_special_tokens=False)["input_ids"]
+    prompts = [PROMPT, PROMPT, other]
+    completions = [completion, completion[:6], completion[3:]]
+    infos = [INFOS, [INFOS[0], ""], ["Constraint: no commas", INFOS[1]]]
+    distance, _ = replay_distances(hybrid, tokenizer, prompts, completions, infos, batch_size=2)
+    reference, _ = naive_replay_distances(hybrid, tokenizer, prompts, completions, infos)
+    assert reference.max() > 0.05
+    torch.testing.assert_close(distance, reference, atol=1e-5, rtol=0)

@@ -333,12 +333,27 @@ class MRTPOTrainer(GRPOTrainer):
         """
         return (normalized != 0).any(dim=1).nonzero().flatten().tolist()
 
+    def _beta_stays_zero(self) -> bool:
+        """Whether beta is 0 at every optimizer step the current generation batch serves.
+
+        A generation batch serves `steps_per_generation * num_iterations` micro-batches, i.e.
+        from the current optimizer step on, as many steps as those micro-batches fill; beta's
+        warm-up never decreases, so the last of those steps decides. The same answer on every
+        process (it depends on the step and the config only).
+        """
+        micro_batches = self.args.steps_per_generation * self.num_iterations
+        steps = -(-micro_batches // self.args.gradient_accumulation_steps)  # ceil
+        last = self.state.global_step + steps - 1
+        return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
+
     def _token_advantages(
         self, step: StepAdvantages, group_size: int, width: int
     ) -> TokenAdvantages:
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
         scored = self._scored
-        replay = self._replay(width, self._rows_to_replay(step.per_reward))
+        # Beta 0 at every step this batch serves: uniform weights whatever the distances (GDPO).
+        rows = [] if self._beta_stays_zero() else self._rows_to_replay(step.per_reward)
+        replay = self._replay(width, rows)
         beta = advantages.beta_at(
             self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
         )

@@ -31,7 +31,13 @@ from torch import Tensor
 from mrtpo.relevance.contexts import Contexts, build_contexts, check_inputs, check_positive
 from mrtpo.relevance.distance import chunked_distances
 from mrtpo.relevance.head import PolicyHead
-from mrtpo.relevance.kv_share import batch_cache, cache_keyword, plain_layers, run_body
+from mrtpo.relevance.kv_share import (
+    batch_cache,
+    cache_keyword,
+    plain_layers,
+    reusable,
+    run_body,
+)
 
 DEFAULT_CHUNK_SIZE = 64  # response positions (all rows pooled) per lm_head + JS chunk
 DEFAULT_BATCH_SIZE = 16  # contexts per forward pass
@@ -213,11 +219,12 @@ def _replay_hidden(
 
     U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
     reference context); None for a row with a single distinct context. Rows with the same
-    prefix share one prefix pass, whose KV cache every context reads. Within a prefix, runs of
-    context tokens shared by several contexts (the same verifier information in several
-    contexts of a row, or in the rows of a group) are run once as stems
-    (``share_min_tokens`` tokens at least; None: no stems), and identical (context,
-    completion) pairs once. Each context then runs only what is its own, in right-padded
+    prefix share one prefix pass, whose KV cache every context reads (a model whose cache holds
+    more than attention keys/values, e.g. a hybrid recurrent one, runs every context whole
+    instead: ``kv_share.reusable``). Within a prefix, runs of context tokens shared by several
+    contexts (the same verifier information in several contexts of a row, or in the rows of a
+    group) are run once as stems (``share_min_tokens`` tokens at least; None: no stems), and
+    identical (context, completion) pairs once. Each context then runs only what is its own, in right-padded
     batches with positions continuing after the prefix and its stem.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
@@ -237,22 +244,28 @@ def _replay_hidden(
         if out[row] is not None:
             by_prefix.setdefault(ctx.prefix, []).append(row)
 
+    reuse_prefix = True  # until the model's cache turns out not to be reusable (kv_share)
     for prefix, rows in by_prefix.items():
         # The prefix's last token is run with each context, so that the hidden state predicting
         # the first completion token always comes from the context pass (even with no suffix).
-        cached = len(prefix) - 1
+        cached = len(prefix) - 1 if reuse_prefix else 0
         prefix_cache = shared = None
         if cached:
             ids = torch.tensor([prefix[:-1]], device=device)
             _, prefix_cache = run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
-            shared = plain_layers(prefix_cache)
+            reuse_prefix = reusable(prefix_cache)
+            if reuse_prefix:
+                shared = plain_layers(prefix_cache)
+            else:  # e.g. a recurrent state: every context of every prompt runs whole
+                cached, prefix_cache = 0, None
+        lead = prefix[cached:]  # the prefix tokens each context runs itself
         # Distinct jobs (ids run after the cache, index of the state predicting the first
         # completion token): identical (context, completion) pairs of different rows run once.
         jobs: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
         for row in rows:
             for slot, context in enumerate(unique[row]):
                 suffix = contexts[row].suffixes[context]
-                key = ((prefix[-1], *suffix, *completions[row][:-1]), len(suffix))
+                key = ((*lead, *suffix, *completions[row][:-1]), len(lead) - 1 + len(suffix))
                 jobs.setdefault(key, []).append((row, slot))
         keys = list(jobs)
         # A job's shareable part ends before its last context token, whose state it needs.
