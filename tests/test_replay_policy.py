@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from trainer_toys import toy_dataset, toy_verifiers
+from test_trainer import COMMON
+from trainer_toys import toy_trainer
 
 import mrtpo.relevance
 from mrtpo.relevance import build_contexts, replay_distances
@@ -26,27 +27,9 @@ COMPLETION = "<answer>SELECT name FROM singer WHERE age > 30</answer>"
 
 
 def _trainer(tmp_path, model, tokenizer, **overrides) -> MRTPOTrainer:
-    args = MRTPOConfig(
-        output_dir=str(tmp_path / "run"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=1,
-        mrtpo_warmup_steps=0,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-        **{"bf16": False, **overrides},
-    )
-    return MRTPOTrainer(
-        model=model,
-        reward_funcs=toy_verifiers(),
-        args=args,
-        train_dataset=toy_dataset(),
-        processing_class=tokenizer,
-    )
+    settings = {**COMMON, "max_steps": 1, "mrtpo_warmup_steps": 0, **overrides}
+    args = MRTPOConfig(output_dir=str(tmp_path / "run"), **settings)
+    return toy_trainer(MRTPOTrainer, model, tokenizer, args)
 
 
 def _scaled_tiny():

@@ -239,6 +239,7 @@ class MRTPOTrainer(GRPOTrainer):
             return output
 
         width = output["completion_ids"].shape[1]
+        scored.loss_mask = _loss_mask(output)
         step = StepAdvantages(reward_weights, response, per_reward=None, token=None)
         if self._estimator.normalizes_each_reward:
             normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
@@ -304,10 +305,12 @@ class MRTPOTrainer(GRPOTrainer):
                 model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
+        # Only the tokens TRL trains (no tool outputs) count in the weights and the metrics.
+        trained = scored.trained_mask(completion_width)[rows].to(device)
         return ReplayResult(
             rows=list(rows),
             distance=_fit_width(distance.float(), completion_width).to(device),
-            mask=_fit_width(mask.float(), completion_width).to(device),
+            mask=_fit_width(mask.float(), completion_width).to(device) * trained,
             seconds=time.perf_counter() - started,
         )
 
@@ -367,7 +370,7 @@ class MRTPOTrainer(GRPOTrainer):
         distance = torch.zeros(num_rows, num_rewards, width, device=device)
         mask = torch.ones(num_rows, width, device=device)
         distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
-        mask[scored.local] = scored.response_mask(width).to(device)
+        mask[scored.local] = scored.trained_mask(width).to(device)
         relevance = advantages.token_weights(distance, mask, beta)
         spread = relevance
         if self.args.shuffle_token_weights:
@@ -386,6 +389,58 @@ class MRTPOTrainer(GRPOTrainer):
             relevance=advantages.TokenRelevance(spread, mask),
         )
         return TokenAdvantages(beta, replay, relevance[scored.local], per_token[scored.local])
+
+    # ------------------------------------------------------------------ sign-based loss options
+
+    # TRL's off-policy sequence mask (`off_policy_mask_threshold`) and VESPO's gamma weights
+    # (`loss_type="vespo"`) are sequence-level: they keep or weight a whole response by the sign
+    # of its advantage and return (B, 1). With MRTPO's (B, T) advantages they get the response's
+    # own advantage, the token mean over the trained tokens, which is GDPO's (the weights average
+    # 1 there), so a response is kept or weighted as under GDPO. SAPO's soft gate
+    # (`loss_type="sapo"`) is token-level and picks its temperature by the sign of the advantage
+    # it multiplies: with MRTPO that is each token's own A_t, the direction of that token's
+    # update, so it is left as TRL computes it (as PPO's clipping is).
+
+    @staticmethod
+    def get_off_policy_mask(
+        advantages: torch.Tensor,
+        per_token_logps: torch.Tensor,
+        sampling_per_token_logps: torch.Tensor,
+        mask: torch.Tensor,
+        off_policy_threshold: float,
+    ) -> torch.Tensor:
+        """TRL's off-policy sequence mask, (B, 1), by each response's advantage.
+
+        advantages: (B, 1) or (B, T); the others (B, T) as TRL passes them.
+        """
+        return GRPOTrainer.get_off_policy_mask(
+            advantages=_response_advantages(advantages, mask),
+            per_token_logps=per_token_logps,
+            sampling_per_token_logps=sampling_per_token_logps,
+            mask=mask,
+            off_policy_threshold=off_policy_threshold,
+        )
+
+    @staticmethod
+    def get_gamma_weights(
+        advantages: torch.Tensor,
+        log_ratio_per_token: torch.Tensor,
+        mask: torch.Tensor,
+        importance_sampling_ratio: torch.Tensor | None,
+        **gamma: float,
+    ) -> torch.Tensor:
+        """VESPO's sequence weights, (B, 1), by each response's advantage.
+
+        advantages: (B, 1) or (B, T); log_ratio_per_token, mask, importance_sampling_ratio:
+        (B, T) as TRL passes them; gamma: TRL's k/lambda keywords.
+        """
+        return GRPOTrainer.get_gamma_weights(
+            advantages=_response_advantages(advantages, mask),
+            log_ratio_per_token=log_ratio_per_token,
+            mask=mask,
+            importance_sampling_ratio=importance_sampling_ratio,
+            **gamma,
+        )
 
     # ------------------------------------------------------------------ metrics
 
@@ -507,6 +562,26 @@ class MRTPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _loss_mask(output: dict[str, Any]) -> torch.Tensor:
+    """TRL's loss mask of a generation batch, (B, T): `completion_mask * tool_mask`, the tool
+    mask being 0 on tool-output tokens (TRL's tool calling and environments)."""
+    mask = output["completion_mask"]
+    tool_mask = output.get("tool_mask")
+    return mask if tool_mask is None else mask * tool_mask
+
+
+def _response_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each response's advantage, (B, 1), from (B, 1) or per-token (B, T) advantages.
+
+    Per-token: the mean over the trained tokens (mask: (B, T)), GDPO's advantage for MRTPO's up
+    to rounding; a response with no trained token gets 0.
+    """
+    if advantages.shape[-1] == 1:
+        return advantages
+    mask = mask.to(advantages.dtype)
+    return (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
 
 
 def _fit_width(x: torch.Tensor, width: int) -> torch.Tensor:
