@@ -9,8 +9,10 @@ This subclass changes three things:
 2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by the
    estimator of `mrtpo.advantages` named by `advantage_estimator` (looked up once): `grpo`/`gdpo`
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
-   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`).
-   TRL's `_compute_loss` accepts (B, T) advantages as is.
+   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`,
+   with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
+   (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
+   sequence-level sign-based options get each response's advantage (see the class).
 3. Logging. Beta, replay time and share of the step, and each reward's replay distance (mean and
    top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
    `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps the credit maps of a
