@@ -82,6 +82,18 @@ def toy_verifiers() -> list[Verifier]:
     return [ContainsLetter(), EvenLength(), StartsWithSpace()]
 
 
+def toy_trainer(trainer_class: type, model: Any, tokenizer: Any, args: Any, **kwargs: Any) -> Any:
+    """`trainer_class` (an `MRTPOTrainer`) on the toy verifiers and data."""
+    return trainer_class(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+        **kwargs,
+    )
+
+
 def main(out_dir: str) -> None:
     import torch
 
@@ -126,13 +138,7 @@ def main(out_dir: str) -> None:
         seed=0,
         disable_tqdm=True,
     )
-    trainer = Recording(
-        model=model,
-        reward_funcs=toy_verifiers(),
-        args=args,
-        train_dataset=toy_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = toy_trainer(Recording, model, tokenizer, args)
     trainer.train()
     rank = trainer.accelerator.process_index
     torch.save(

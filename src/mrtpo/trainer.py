@@ -9,8 +9,10 @@ This subclass changes three things:
 2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by the
    estimator of `mrtpo.advantages` named by `advantage_estimator` (looked up once): `grpo`/`gdpo`
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
-   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`).
-   TRL's `_compute_loss` accepts (B, T) advantages as is.
+   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`,
+   with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
+   (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
+   sequence-level sign-based options get each response's advantage (see the class).
 3. Logging. Beta, replay time and share of the step, and each reward's replay distance (mean and
    top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
    `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps the credit maps of a
@@ -246,6 +248,7 @@ class MRTPOTrainer(GRPOTrainer):
             return output
 
         width = output["completion_ids"].shape[1]
+        scored.loss_mask = _loss_mask(output)
         step = StepAdvantages(reward_weights, response, per_reward=None, token=None)
         if self._estimator.normalizes_each_reward:
             normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
@@ -280,11 +283,7 @@ class MRTPOTrainer(GRPOTrainer):
             )
         scored = self._scored
         verdicts = scored.row_verdicts()
-        options = {}
-        if self.args.replay_chunk_size is not None:
-            options["chunk_size"] = self.args.replay_chunk_size
-        if self.args.replay_batch_size is not None:
-            options["batch_size"] = self.args.replay_batch_size
+        options = self._replay_options()
 
         started = time.perf_counter()
         with (
@@ -296,6 +295,7 @@ class MRTPOTrainer(GRPOTrainer):
             ) as model,
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            self.accelerator.autocast(),  # TRL's loss forward runs under it: same distributions
         ):
             was_training = model.training
             model.eval()
@@ -317,12 +317,27 @@ class MRTPOTrainer(GRPOTrainer):
                 model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
+        # Only the tokens TRL trains (no tool outputs) count in the weights and the metrics.
+        trained = scored.trained_mask(completion_width)[rows].to(device)
         return ReplayResult(
             rows=list(rows),
             distance=_fit_width(distance.float(), completion_width).to(device),
-            mask=_fit_width(mask.float(), completion_width).to(device),
+            mask=_fit_width(mask.float(), completion_width).to(device) * trained,
             seconds=time.perf_counter() - started,
         )
+
+    def _replay_options(self) -> dict[str, Any]:
+        """Keyword options of `replay_distances`: the policy's distribution as TRL's loss
+        computes it (temperature, LM head precision) and the configured sizes."""
+        options: dict[str, Any] = {
+            "temperature": self.temperature,
+            "lm_head_fp32": self.args.cast_lm_head_to_fp32,
+        }
+        if self.args.replay_chunk_size is not None:
+            options["chunk_size"] = self.args.replay_chunk_size
+        if self.args.replay_batch_size is not None:
+            options["batch_size"] = self.args.replay_batch_size
+        return options
 
     def _rows_to_replay(self, normalized: torch.Tensor) -> list[int]:
         """The local rows whose distances can change their advantages.
@@ -333,12 +348,27 @@ class MRTPOTrainer(GRPOTrainer):
         """
         return (normalized != 0).any(dim=1).nonzero().flatten().tolist()
 
+    def _beta_stays_zero(self) -> bool:
+        """Whether beta is 0 at every optimizer step the current generation batch serves.
+
+        A generation batch serves `steps_per_generation * num_iterations` micro-batches, i.e.
+        from the current optimizer step on, as many steps as those micro-batches fill; beta's
+        warm-up never decreases, so the last of those steps decides. The same answer on every
+        process (it depends on the step and the config only).
+        """
+        micro_batches = self.args.steps_per_generation * self.num_iterations
+        steps = -(-micro_batches // self.args.gradient_accumulation_steps)  # ceil
+        last = self.state.global_step + steps - 1
+        return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
+
     def _token_advantages(
         self, step: StepAdvantages, group_size: int, width: int
     ) -> TokenAdvantages:
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
         scored = self._scored
-        replay = self._replay(width, self._rows_to_replay(step.per_reward))
+        # Beta 0 at every step this batch serves: uniform weights whatever the distances (GDPO).
+        rows = [] if self._beta_stays_zero() else self._rows_to_replay(step.per_reward)
+        replay = self._replay(width, rows)
         beta = advantages.beta_at(
             self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
         )
@@ -352,7 +382,7 @@ class MRTPOTrainer(GRPOTrainer):
         distance = torch.zeros(num_rows, num_rewards, width, device=device)
         mask = torch.ones(num_rows, width, device=device)
         distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
-        mask[scored.local] = scored.response_mask(width).to(device)
+        mask[scored.local] = scored.trained_mask(width).to(device)
         relevance = advantages.token_weights(distance, mask, beta)
         spread = relevance
         if self.args.shuffle_token_weights:
@@ -371,6 +401,58 @@ class MRTPOTrainer(GRPOTrainer):
             relevance=advantages.TokenRelevance(spread, mask),
         )
         return TokenAdvantages(beta, replay, relevance[scored.local], per_token[scored.local])
+
+    # ------------------------------------------------------------------ sign-based loss options
+
+    # TRL's off-policy sequence mask (`off_policy_mask_threshold`) and VESPO's gamma weights
+    # (`loss_type="vespo"`) are sequence-level: they keep or weight a whole response by the sign
+    # of its advantage and return (B, 1). With MRTPO's (B, T) advantages they get the response's
+    # own advantage, the token mean over the trained tokens, which is GDPO's (the weights average
+    # 1 there), so a response is kept or weighted as under GDPO. SAPO's soft gate
+    # (`loss_type="sapo"`) is token-level and picks its temperature by the sign of the advantage
+    # it multiplies: with MRTPO that is each token's own A_t, the direction of that token's
+    # update, so it is left as TRL computes it (as PPO's clipping is).
+
+    @staticmethod
+    def get_off_policy_mask(
+        advantages: torch.Tensor,
+        per_token_logps: torch.Tensor,
+        sampling_per_token_logps: torch.Tensor,
+        mask: torch.Tensor,
+        off_policy_threshold: float,
+    ) -> torch.Tensor:
+        """TRL's off-policy sequence mask, (B, 1), by each response's advantage.
+
+        advantages: (B, 1) or (B, T); the others (B, T) as TRL passes them.
+        """
+        return GRPOTrainer.get_off_policy_mask(
+            advantages=_response_advantages(advantages, mask),
+            per_token_logps=per_token_logps,
+            sampling_per_token_logps=sampling_per_token_logps,
+            mask=mask,
+            off_policy_threshold=off_policy_threshold,
+        )
+
+    @staticmethod
+    def get_gamma_weights(
+        advantages: torch.Tensor,
+        log_ratio_per_token: torch.Tensor,
+        mask: torch.Tensor,
+        importance_sampling_ratio: torch.Tensor | None,
+        **gamma: float,
+    ) -> torch.Tensor:
+        """VESPO's sequence weights, (B, 1), by each response's advantage.
+
+        advantages: (B, 1) or (B, T); log_ratio_per_token, mask, importance_sampling_ratio:
+        (B, T) as TRL passes them; gamma: TRL's k/lambda keywords.
+        """
+        return GRPOTrainer.get_gamma_weights(
+            advantages=_response_advantages(advantages, mask),
+            log_ratio_per_token=log_ratio_per_token,
+            mask=mask,
+            importance_sampling_ratio=importance_sampling_ratio,
+            **gamma,
+        )
 
     # ------------------------------------------------------------------ metrics
 
@@ -492,6 +574,26 @@ class MRTPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _loss_mask(output: dict[str, Any]) -> torch.Tensor:
+    """TRL's loss mask of a generation batch, (B, T): `completion_mask * tool_mask`, the tool
+    mask being 0 on tool-output tokens (TRL's tool calling and environments)."""
+    mask = output["completion_mask"]
+    tool_mask = output.get("tool_mask")
+    return mask if tool_mask is None else mask * tool_mask
+
+
+def _response_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each response's advantage, (B, 1), from (B, 1) or per-token (B, T) advantages.
+
+    Per-token: the mean over the trained tokens (mask: (B, T)), GDPO's advantage for MRTPO's up
+    to rounding; a response with no trained token gets 0.
+    """
+    if advantages.shape[-1] == 1:
+        return advantages
+    mask = mask.to(advantages.dtype)
+    return (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
 
 
 def _fit_width(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -37,7 +37,14 @@ from mrtpo.relevance.contexts import (
     share_prefixes,
 )
 from mrtpo.relevance.distance import chunked_distances
-from mrtpo.relevance.kv_share import batch_cache, cache_keyword, plain_layers, run_body
+from mrtpo.relevance.head import PolicyHead
+from mrtpo.relevance.kv_share import (
+    batch_cache,
+    cache_keyword,
+    plain_layers,
+    reusable,
+    run_body,
+)
 
 DEFAULT_CHUNK_SIZE = 64  # response positions (all rows pooled) per lm_head + JS chunk
 DEFAULT_BATCH_SIZE = 16  # contexts per forward pass
@@ -46,15 +53,6 @@ SHARE_MIN_TOKENS = 8  # a shared run of information shorter than this is not run
 
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def _logits(model: Any, hidden: Tensor) -> Tensor:
-    """Next-token logits (float32) from last hidden states, as the model's head computes them."""
-    logits = model.get_output_embeddings()(hidden).float()
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
 
 
 @dataclass(frozen=True)
@@ -228,11 +226,12 @@ def _replay_hidden(
 
     U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
     reference context); None for a row with a single distinct context. Rows with the same
-    prefix share one prefix pass, whose KV cache every context reads. Within a prefix, runs of
-    context tokens shared by several contexts (the same verifier information in several
-    contexts of a row, or in the rows of a group) are run once as stems
-    (``share_min_tokens`` tokens at least; None: no stems), and identical (context,
-    completion) pairs once. Each context then runs only what is its own, in right-padded
+    prefix share one prefix pass, whose KV cache every context reads (a model whose cache holds
+    more than attention keys/values, e.g. a hybrid recurrent one, runs every context whole
+    instead: ``kv_share.reusable``). Within a prefix, runs of context tokens shared by several
+    contexts (the same verifier information in several contexts of a row, or in the rows of a
+    group) are run once as stems (``share_min_tokens`` tokens at least; None: no stems), and
+    identical (context, completion) pairs once. Each context then runs only what is its own, in right-padded
     batches with positions continuing after the prefix and its stem.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
@@ -252,24 +251,29 @@ def _replay_hidden(
         if out[row] is not None:
             by_prefix.setdefault(ctx.prefix, []).append(row)
 
+    reuse_prefix = True  # until the model's cache turns out not to be reusable (kv_share)
     for prefix, rows in by_prefix.items():
         # The prefix's last token is run with each context, so that the hidden state predicting
         # the first completion token always comes from the context pass (even with no suffix).
         # An empty prefix (contexts that differ from their first token on) caches nothing.
-        last = prefix[-1:]
-        cached = len(prefix) - len(last)
+        cached = max(len(prefix) - 1, 0) if reuse_prefix else 0
         prefix_cache = shared = None
         if cached:
             ids = torch.tensor([prefix[:-1]], device=device)
             _, prefix_cache = run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
-            shared = plain_layers(prefix_cache)
+            reuse_prefix = reusable(prefix_cache)
+            if reuse_prefix:
+                shared = plain_layers(prefix_cache)
+            else:  # e.g. a recurrent state: every context of every prompt runs whole
+                cached, prefix_cache = 0, None
+        lead = prefix[cached:]  # the prefix tokens each context runs itself
         # Distinct jobs (ids run after the cache, index of the state predicting the first
         # completion token): identical (context, completion) pairs of different rows run once.
         jobs: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
         for row in rows:
             for slot, context in enumerate(unique[row]):
                 suffix = contexts[row].suffixes[context]
-                key = ((*last, *suffix, *completions[row][:-1]), len(last) + len(suffix) - 1)
+                key = ((*lead, *suffix, *completions[row][:-1]), len(lead) + len(suffix) - 1)
                 jobs.setdefault(key, []).append((row, slot))
         keys = list(jobs)
         # A job's shareable part ends before its last context token, whose state it needs.
@@ -315,6 +319,8 @@ def replay_distances(
     share_information: bool = True,
     tools: Sequence[Any] | None = None,
     chat_template: str | None = None,
+    temperature: float = 1.0,
+    lm_head_fp32: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -340,6 +346,10 @@ def replay_distances(
             and values. The result is the same; False runs every context whole (a check).
         tools: the tools rendered into chat prompts (None or empty: none).
         chat_template: a chat template used instead of the tokenizer's.
+        temperature: the sampling temperature. The distributions compared are the policy's as
+            TRL's loss computes them (``mrtpo.relevance.head``: logit scale, soft-cap, then
+            divided by the temperature), under the caller's autocast as TRL's forward is.
+        lm_head_fp32: project in float32 outside autocast (TRL's ``cast_lm_head_to_fp32``).
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -349,6 +359,7 @@ def replay_distances(
     completions, num_rewards = check_inputs(prompts, completion_ids, infos, mode)
     check_positive("chunk_size", chunk_size)
     check_positive("batch_size", batch_size)
+    head = PolicyHead.of(model, temperature, lm_head_fp32)
     contexts = contexts_of_rows(
         tokenizer, prompts, infos, mode, chat_template_kwargs, tools, chat_template
     )
@@ -384,7 +395,7 @@ def replay_distances(
                 SHARE_MIN_TOKENS if share_information else None,
             )
             chunked_distances(
-                functools.partial(_logits, model), hidden, slot_of, chunk_size, distance
+                functools.partial(head.logits, model), hidden, slot_of, chunk_size, distance
             )
     finally:
         model.train(was_training)
