@@ -114,11 +114,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def train_mrtpo(
-    tmp_path, reward_funcs=None, callbacks=None, dataset=None, **overrides
+    tmp_path,
+    reward_funcs=None,
+    callbacks=None,
+    dataset=None,
+    trainer_class=None,
+    **overrides,
 ) -> RecordingMRTPO:
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(output_dir=str(tmp_path / "run"), **{**COMMON, **overrides})
-    trainer = RecordingMRTPO(
+    trainer = (trainer_class or RecordingMRTPO)(
         model=model,
         reward_funcs=reward_funcs or toy_verifiers(),
         args=args,
@@ -364,27 +369,16 @@ def row_keys(batch: dict) -> list[tuple]:
     ],
 )
 def test_beta_is_the_optimizer_steps_own_when_a_generation_serves_several(tmp_path, schedule):
-    model, tokenizer = tiny_model_and_tokenizer(seed=0)
     warmup, final_beta = 4, 1.0
-    args = MRTPOConfig(
-        output_dir=str(tmp_path / "run"),
-        **{
-            **COMMON,
-            "per_device_train_batch_size": 4,
-            "max_steps": 4,
-            "mrtpo_warmup_steps": warmup,
-            "mrtpo_beta": final_beta,
-            **schedule,
-        },
+    trainer = train_mrtpo(
+        tmp_path,
+        trainer_class=StepBetaRecorder,
+        per_device_train_batch_size=4,
+        max_steps=4,
+        mrtpo_warmup_steps=warmup,
+        mrtpo_beta=final_beta,
+        **schedule,
     )
-    trainer = StepBetaRecorder(
-        model=model,
-        reward_funcs=toy_verifiers(),
-        args=args,
-        train_dataset=toy_dataset(),
-        processing_class=tokenizer,
-    )
-    trainer.train()
     assert trainer.state.global_step == 4 and len(trainer.generations) == 2
     # Each micro-batch's advantages are MRTPO's at the beta of the optimizer step it is in,
     # from the distances and rewards of the generation batch its rows come from.

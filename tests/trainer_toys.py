@@ -19,6 +19,10 @@ from datasets import Dataset
 from mrtpo.verifiers import Verdict, Verifier
 
 WORDS = ["apple", "river", "stone", "cloud", "table", "green", "music", "light"]
+# MRTPOConfig settings of a quiet CPU run that saves nothing.
+CPU_RUN = dict(
+    report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0, disable_tqdm=True
+)
 
 
 class ContainsLetter(Verifier):
@@ -82,6 +86,17 @@ def toy_verifiers() -> list[Verifier]:
     return [ContainsLetter(), EvenLength(), StartsWithSpace()]
 
 
+def toy_trainer(trainer_class: type, args: Any, model: Any, tokenizer: Any) -> Any:
+    """A `trainer_class` (an `MRTPOTrainer`) on the toy verifiers and data."""
+    return trainer_class(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
+
+
 def main(out_dir: str) -> None:
     import torch
 
@@ -126,13 +141,7 @@ def main(out_dir: str) -> None:
         seed=0,
         disable_tqdm=True,
     )
-    trainer = Recording(
-        model=model,
-        reward_funcs=toy_verifiers(),
-        args=args,
-        train_dataset=toy_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = toy_trainer(Recording, args, model, tokenizer)
     trainer.train()
     rank = trainer.accelerator.process_index
     torch.save(
