@@ -131,6 +131,10 @@ def main(out_dir: str) -> None:
     # The model is sharded again afterwards, and a training forward and backward still work.
     weight = model.model.layers[0].self_attn.q_proj.weight
     records["sharded_after"] = weight.to_local().shape[0] < weight.shape[0]
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]))
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    records["layer_resharded_after_forward"] = weight.to_local().shape[0] < weight.shape[0]
     model(torch.tensor([[1, 2, 3, 4]])).logits.sum().backward()
     torch.save(records, Path(out_dir) / f"rank{rank}.pt")
     dist.barrier()

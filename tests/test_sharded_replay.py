@@ -5,10 +5,12 @@ their per-token advantages equal one process's over the whole batch, replayed in
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from fsdp_replay_toys import GROUP_SIZE, SCENARIOS, scored_batch
 
 from mrtpo import advantages
 from mrtpo.relevance import naive_replay_distances
+from mrtpo.sharding import check_replay_backend
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import EPS
 
@@ -58,7 +61,9 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
     # accelerate's FSDP is GPU-only: on CPU the run is plain multi-CPU, sharded by hand.
     assert all(rank["distributed_type"] == "DistributedType.MULTI_CPU" for rank in ranks)
-    assert all(rank["sharded_after"] for rank in ranks)
+    # Sharded again after the replays, and each layer frees its gathered parameters after its
+    # forward again (the reshard-after-forward setting put back).
+    assert all(rank["sharded_after"] and rank["layer_resharded_after_forward"] for rank in ranks)
     # Process 0 wrote the credit maps, after both replayed the chosen rows they had skipped.
     assert (tmp_path / "run" / "credit" / "step-00000.html").exists()
 
@@ -90,3 +95,45 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
             torch.testing.assert_close(
                 actual, expected[batch.local, : actual.shape[1]], rtol=0, atol=1e-5
             )
+
+
+# ----------------------------------------------------------------------------- setups
+
+
+def accelerator_with(zero_stage: int | None = None, fsdp_version: int | None = None):
+    """An object shaped like an accelerator as far as TRL's backend detection reads it."""
+    deepspeed = None if zero_stage is None else SimpleNamespace(zero_stage=zero_stage)
+    fsdp = None if fsdp_version is None else SimpleNamespace(fsdp_version=fsdp_version)
+    return SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=deepspeed, fsdp_plugin=fsdp))
+
+
+def test_replay_backend_refuses_what_it_cannot_gather_once():
+    for accelerator in (accelerator_with(), accelerator_with(2), accelerator_with(fsdp_version=2)):
+        check_replay_backend(accelerator, ds3_gather_for_generation=False)
+    check_replay_backend(accelerator_with(3), ds3_gather_for_generation=True)
+    with pytest.raises(ValueError, match="ds3_gather_for_generation=True"):
+        check_replay_backend(accelerator_with(3), ds3_gather_for_generation=False)
+    with pytest.raises(ValueError, match="fsdp_version: 2"):
+        check_replay_backend(accelerator_with(fsdp_version=1), ds3_gather_for_generation=True)
+
+
+@pytest.mark.parametrize(
+    "name, distributed_type", [("ddp", "MULTI_GPU"), ("fsdp2", "FSDP"), ("zero3", "DEEPSPEED")]
+)
+def test_accelerate_configs_load_and_launch_existing_recipes(name, distributed_type):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = ROOT / "recipes" / "accelerate" / f"{name}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.distributed_type.name == distributed_type
+    if name == "fsdp2":
+        assert config.fsdp_config["fsdp_version"] == 2
+    if name == "zero3":
+        assert config.deepspeed_config["zero_stage"] == 3
+    launches = re.findall(
+        r"accelerate launch --config_file (\S+) .* --config (\S+)", path.read_text()
+    )
+    assert launches and all(
+        config_file == f"recipes/accelerate/{name}.yaml" and (ROOT / recipe).is_file()
+        for config_file, recipe in launches
+    )
