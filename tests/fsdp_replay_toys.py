@@ -104,11 +104,15 @@ def main(out_dir: str) -> None:
     )
     trainer = toy_trainer(MRTPOTrainer, args, model, tokenizer)
     records = {"distributed_type": str(trainer.accelerator.distributed_type)}
-    for name, rewards in SCENARIOS.items():
+    for index, (name, rewards) in enumerate(SCENARIOS.items()):
         scored = scored_batch(tokenizer, rewards, rank)
         trainer._scored = scored
-        with torch.no_grad():  # as TRL's generation: a forward of the whole (root) model first
-            model(torch.tensor([tokenizer.encode(f"Write one line about {WORDS[rank]}.")[:6]]))
+        # The first replay comes before any forward of the model (as when vLLM generates and
+        # nothing recomputes log-probabilities); later ones after a forward of the whole model,
+        # as TRL's generation does.
+        if index:
+            with torch.no_grad():
+                model(torch.tensor([tokenizer.encode(f"Write one line about {WORDS[rank]}.")[:6]]))
         width = max(len(ids) for ids in scored.completion_ids)
         weights = trainer.reward_weights
         normalized = advantages.per_reward(scored.rewards, GROUP_SIZE, eps=EPS)

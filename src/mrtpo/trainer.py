@@ -287,12 +287,12 @@ class MRTPOTrainer(GRPOTrainer):
 
         started = time.perf_counter()
         with (
+            torch.no_grad(),
             full_parameters(
                 self.model_wrapped,
                 self.accelerator,
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
             ) as model,
-            torch.no_grad(),
         ):
             if rows:
                 was_training = model.training
