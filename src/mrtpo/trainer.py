@@ -274,9 +274,6 @@ class MRTPOTrainer(GRPOTrainer):
         from mrtpo.relevance import replay_distances
 
         device = self.accelerator.device
-        num_rewards = len(self.reward_funcs)
-        distance = torch.zeros(0, num_rewards, completion_width, device=device)
-        mask = torch.zeros(0, completion_width, device=device)
         scored = self._scored
         verdicts = scored.row_verdicts()
         options = {}
@@ -294,22 +291,29 @@ class MRTPOTrainer(GRPOTrainer):
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
             ) as model,
         ):
-            if rows:
-                was_training = model.training
-                model.eval()
-                try:
-                    distance, mask = replay_distances(
-                        model,
-                        self.processing_class,
-                        [scored.prompts[i] for i in rows],
-                        [scored.completion_ids[i] for i in rows],
-                        [[verdict.info for verdict in verdicts[i]] for i in rows],
-                        mode=self.args.replay_mode,
-                        chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
-                        **options,
-                    )
-                finally:
-                    model.train(was_training)
+            if not rows:  # the gather above is entered all the same
+                num_rewards = len(self.reward_funcs)
+                return ReplayResult(
+                    rows=[],
+                    distance=torch.zeros(0, num_rewards, completion_width, device=device),
+                    mask=torch.zeros(0, completion_width, device=device),
+                    seconds=0.0,
+                )
+            was_training = model.training
+            model.eval()
+            try:
+                distance, mask = replay_distances(
+                    model,
+                    self.processing_class,
+                    [scored.prompts[i] for i in rows],
+                    [scored.completion_ids[i] for i in rows],
+                    [[verdict.info for verdict in verdicts[i]] for i in rows],
+                    mode=self.args.replay_mode,
+                    chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
+                    **options,
+                )
+            finally:
+                model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
         return ReplayResult(
