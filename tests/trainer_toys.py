@@ -19,6 +19,10 @@ from datasets import Dataset
 from mrtpo.verifiers import Verdict, Verifier
 
 WORDS = ["apple", "river", "stone", "cloud", "table", "green", "music", "light"]
+# MRTPOConfig settings of a quiet CPU run that saves nothing.
+CPU_RUN = dict(
+    report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0, disable_tqdm=True
+)
 
 
 class ContainsLetter(Verifier):

@@ -82,7 +82,9 @@ class TokenAdvantages:
     beta: float  # the weighting strength at this step (after warm-up)
     replay: ReplayResult  # the rows where some Ã_k is not 0 (the others' weights cannot matter)
     relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on rows not replayed
-    advantages: torch.Tensor  # (B, T) A_t, as the loss gets them
+    advantages: torch.Tensor  # (B, T) A_t at `beta`, as the loss gets them
+    # (B, T) dA_t/dbeta, when the batch serves several optimizer steps (each at its own beta)
+    slope: torch.Tensor | None = None
 
 
 @dataclass

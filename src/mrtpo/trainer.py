@@ -33,12 +33,12 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import unwrap_model_for_generation
 
 from mrtpo import advantages
 from mrtpo.credit import CreditMap, write_training_maps
 from mrtpo.credit.replay import last_user_message
 from mrtpo.logging_callbacks import MetricsFileCallback
+from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
 from mrtpo.verifiers import Verdict, Verifier, completion_text
 
@@ -47,6 +47,11 @@ REPLAY_MODES = ("leave_one_out", "add_one")
 EPS = 1e-4  # TRL's epsilon in both standard deviations
 TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
 CREDIT_ROWS_PER_END = 1  # credit maps: this many lowest- and this many highest-reward rows
+# Keys of a generation batch that serves several optimizer steps (see `_prepare_inputs`): its
+# advantages' slope in beta (B, T), and the beta they were computed at (a 0-dim tensor, which
+# TRL's shuffle and split leave whole).
+BETA_SLOPE = "mrtpo_advantages_beta_slope"
+GENERATION_BETA = "mrtpo_generation_beta"
 
 
 # ---------------------------------------------------------------------- config
@@ -205,6 +210,8 @@ class MRTPOTrainer(GRPOTrainer):
                 f"{config.advantage_estimator!r}: the replay renders every row with one tool list; "
                 "use advantage_estimator='gdpo' with environments"
             )
+        if self._estimator.token_level or config.credit_map_steps:
+            check_replay_backend(self.accelerator, config.ds3_gather_for_generation)
         self._scored: ScoredBatch | None = None  # the last `_calculate_rewards`, for advantages
         self._last_credit_step: int | None = None
 
@@ -256,6 +263,9 @@ class MRTPOTrainer(GRPOTrainer):
         if self._estimator.token_level:
             step.token = self._token_advantages(step, group_size, width)
             output["advantages"] = step.token.advantages.to(output["completion_ids"].device)
+            if step.token.slope is not None:  # see `_prepare_inputs`
+                output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
+                output[GENERATION_BETA] = torch.tensor(step.token.beta)
             self._log_replay(step.token)
         if self._credit_maps_due():
             self._write_credit_maps(step, width)
@@ -264,39 +274,38 @@ class MRTPOTrainer(GRPOTrainer):
     def _replay(self, completion_width: int, rows: list[int]) -> ReplayResult:
         """Replay `rows` (indices into this process's rows) with the current policy.
 
-        Distance and mask come back on the accelerator's device, T = `completion_width`. The
-        model is unwrapped as TRL unwraps it for generation: ZeRO-3 parameters gathered, FSDP
-        parameters summoned, gradient checkpointing off, PEFT adapters active; so the replay is
-        a local computation whatever each process replays.
+        Distance and mask come back on the accelerator's device, T = `completion_width`. Every
+        process calls this the same number of times in a step, with or without rows: the model's
+        whole parameters are gathered once around the replay (`mrtpo.sharding.full_parameters`:
+        ZeRO-3 and FSDP2 gathered, gradient checkpointing off, PEFT adapters active), so that
+        the replay's own forward passes, which depend on each process's rows, run no collective.
         """
         # Imported here: the replay engine is only needed when something is replayed.
         from mrtpo.relevance import replay_distances
 
         device = self.accelerator.device
-        if not rows:
-            num_rewards = len(self.reward_funcs)
-            return ReplayResult(
-                rows=[],
-                distance=torch.zeros(0, num_rewards, completion_width, device=device),
-                mask=torch.zeros(0, completion_width, device=device),
-                seconds=0.0,
-            )
         scored = self._scored
         verdicts = scored.row_verdicts()
         options = self._replay_options()
 
         started = time.perf_counter()
         with (
-            unwrap_model_for_generation(
+            torch.no_grad(),
+            full_parameters(
                 self.model_wrapped,
                 self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
             ) as model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
             self.accelerator.autocast(),  # TRL's loss forward runs under it: same distributions
         ):
+            if not rows:  # the gather above is entered all the same
+                num_rewards = len(self.reward_funcs)
+                return ReplayResult(
+                    rows=[],
+                    distance=torch.zeros(0, num_rewards, completion_width, device=device),
+                    mask=torch.zeros(0, completion_width, device=device),
+                    seconds=0.0,
+                )
             was_training = model.training
             model.eval()
             try:
@@ -369,9 +378,7 @@ class MRTPOTrainer(GRPOTrainer):
         # Beta 0 at every step this batch serves: uniform weights whatever the distances (GDPO).
         rows = [] if self._beta_stays_zero() else self._rows_to_replay(step.per_reward)
         replay = self._replay(width, rows)
-        beta = advantages.beta_at(
-            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
-        )
+        beta = self._beta()
         # The estimator takes the whole batch's rewards (group and batch statistics) and
         # distances for every row. Rows that are not replayed (other processes' rows, rows
         # skipped above) get zero distance, i.e. uniform weights; a row's advantage depends only
@@ -383,6 +390,30 @@ class MRTPOTrainer(GRPOTrainer):
         mask = torch.ones(num_rows, width, device=device)
         distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
         mask[scored.local] = scored.trained_mask(width).to(device)
+        relevance, per_token = self._advantages_at(beta, step, group_size, distance, mask)
+        slope = None
+        if self._generation_spans_optimizer_steps():
+            # A_t is affine in beta (w = 1 + beta (q/qbar - 1), the same shuffle for every beta):
+            # its slope lets each optimizer step this batch serves use its own beta.
+            at_zero = self._advantages_at(0.0, step, group_size, distance, mask)[1]
+            at_one = self._advantages_at(1.0, step, group_size, distance, mask)[1]
+            slope = (at_one - at_zero)[scored.local]
+        return TokenAdvantages(
+            beta, replay, relevance[scored.local], per_token[scored.local], slope
+        )
+
+    def _advantages_at(
+        self,
+        beta: float,
+        step: StepAdvantages,
+        group_size: int,
+        distance: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w (N, K, T) before any shuffle, A_t (N, T)) of the whole batch at `beta`.
+
+        distance: (N, K, T) every row's (0 where not replayed); mask: (N, T) response tokens.
+        """
         relevance = advantages.token_weights(distance, mask, beta)
         spread = relevance
         if self.args.shuffle_token_weights:
@@ -393,14 +424,47 @@ class MRTPOTrainer(GRPOTrainer):
             )
             spread = advantages.shuffle_weights(relevance, mask, generator)
         per_token = self._estimator(
-            scored.rewards,
+            self._scored.rewards,
             group_size,
             step.reward_weights,
             scale=self.scale_rewards,
             eps=EPS,
             relevance=advantages.TokenRelevance(spread, mask),
         )
-        return TokenAdvantages(beta, replay, relevance[scored.local], per_token[scored.local])
+        return relevance, per_token
+
+    # ------------------------------------------------------------------ beta per optimizer step
+
+    def _beta(self) -> float:
+        """Beta at the current optimizer step (warm-up included)."""
+        return advantages.beta_at(
+            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
+        )
+
+    def _generation_spans_optimizer_steps(self) -> bool:
+        """Whether one generation batch serves more than one optimizer step."""
+        micro_steps = self.args.steps_per_generation * self.num_iterations
+        return micro_steps > self.args.gradient_accumulation_steps
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """TRL's micro-batch, with MRTPO's advantages at its own optimizer step's beta.
+
+        Beta is per optimizer step. A generation batch that serves several (`num_iterations`
+        > 1, or `steps_per_generation` above `gradient_accumulation_steps`) carries its
+        advantages' slope in beta, and each micro-batch moves them from the generation step's
+        beta to its own step's: exact, since A_t is affine in beta.
+        """
+        inputs = super()._prepare_inputs(generation_batch)
+        if BETA_SLOPE not in inputs:
+            return inputs
+        # A copy: TRL reuses the buffered micro-batch in later iterations.
+        inputs = dict(inputs)
+        slope, generation_beta = inputs.pop(BETA_SLOPE), inputs.pop(GENERATION_BETA).item()
+        beta = self._beta()
+        self._metrics["train"]["mrtpo/beta"].append(beta)
+        if beta != generation_beta:
+            inputs["advantages"] = inputs["advantages"] + (beta - generation_beta) * slope
+        return inputs
 
     # ------------------------------------------------------------------ sign-based loss options
 
@@ -459,7 +523,8 @@ class MRTPOTrainer(GRPOTrainer):
     def _log_replay(self, token: TokenAdvantages) -> None:
         metrics = self._metrics["train"]
         replay = token.replay
-        metrics["mrtpo/beta"].append(token.beta)
+        if token.slope is None:  # else logged per micro-batch, see `_prepare_inputs`
+            metrics["mrtpo/beta"].append(token.beta)
         device = self.accelerator.device
         seconds = torch.tensor([replay.seconds], device=device)
         metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
@@ -501,7 +566,8 @@ class MRTPOTrainer(GRPOTrainer):
 
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
         their uniform assignment), as does MRTPO for a chosen row it skipped; every process
-        replays its own pick (a local computation, see `_replay`); the main process writes.
+        replays its own pick, possibly none (every process enters `_replay`, which gathers
+        sharded parameters); the main process writes.
         """
         self._last_credit_step = self.state.global_step
         scored = self._scored
@@ -509,9 +575,9 @@ class MRTPOTrainer(GRPOTrainer):
         order = torch.argsort(total, stable=True).tolist()
         chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
         replayed = step.token.replay.rows if step.token is not None else []
-        missing = [i for i in chosen if i not in replayed]
-        # GDPO/GRPO, or MRTPO rows skipped because no reward varied
-        extra = self._replay(width, rows=missing) if missing else None
+        # GDPO/GRPO, or MRTPO rows skipped because no reward varied. Every process replays, even
+        # with nothing missing: the replay gathers sharded parameters (see `_replay`).
+        extra = self._replay(width, rows=[i for i in chosen if i not in replayed])
         if not self.accelerator.is_main_process:
             return
         verdicts = scored.row_verdicts()
@@ -529,7 +595,7 @@ class MRTPOTrainer(GRPOTrainer):
         self,
         step: StepAdvantages,
         row: int,
-        extra: ReplayResult | None,
+        extra: ReplayResult,
         verdicts: list[Verdict],
         title: str,
     ) -> CreditMap:
