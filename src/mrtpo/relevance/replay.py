@@ -4,6 +4,9 @@
 (``contexts``) and takes the JS distance (``distance``) of the reference context's next-token
 distribution against each other one's. How it is kept cheap (the Cost section of
 ``docs/METHOD.md``):
+- Only the contexts the caller wants run (``wanted``): a reward whose advantage Ã_k is 0 on a
+  row cannot change that row's token advantages, so its ``minus_k`` (``plus_k``) context is
+  not run; a row with no wanted reward runs nothing.
 - Every context of a prompt shares the prompt as a prefix. That prefix is run once per
   distinct prompt (the G rows of a group share it); its KV cache is reused by all
   ``G * (K + 1)`` contexts, which only run (information + completion). Identical contexts of a
@@ -211,7 +214,7 @@ def _run_stems(
 def _replay_hidden(
     model: Any,
     pad_id: int,
-    contexts: list[Contexts],
+    contexts: list[Contexts | None],
     completions: list[list[int]],
     unique: list[list[int]],
     batch_size: int,
@@ -219,8 +222,9 @@ def _replay_hidden(
 ) -> list[Tensor | None]:
     """Last hidden states predicting each completion token, per row: Tensor[U_i, T_i, H].
 
-    U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
-    reference context); None for a row with a single distinct context. Rows with the same
+    U_i = the row's distinct contexts to run (``unique[i]``: their context indices; slot 0 is
+    the reference context); None for a row with a single one or none (its ``contexts[i]``
+    may then be None). Rows with the same
     prefix share one prefix pass, whose KV cache every context reads. Within a prefix, runs of
     context tokens shared by several contexts (the same verifier information in several
     contexts of a row, or in the rows of a group) are run once as stems
@@ -293,6 +297,28 @@ def _replay_hidden(
     return out
 
 
+def _check_wanted(
+    wanted: Tensor | Sequence[Sequence[bool]] | None, num_rows: int, num_rewards: int
+) -> list[list[bool]]:
+    """``wanted`` as N lists of K bools (every pair when None); the error names its shape."""
+    if wanted is None:
+        return [[True] * num_rewards for _ in range(num_rows)]
+    if isinstance(wanted, Tensor):
+        if wanted.dtype != torch.bool:
+            raise ValueError(f"wanted must be a bool Tensor[N, K], got dtype {wanted.dtype}")
+        wanted = wanted.tolist()
+    rows = [list(row) for row in wanted]
+    if len(rows) != num_rows or any(len(row) != num_rewards for row in rows):
+        lengths = sorted({len(row) for row in rows})
+        raise ValueError(
+            f"wanted must have shape (N, K) = ({num_rows}, {num_rewards}), got {len(rows)} "
+            f"rows of {lengths} entries"
+        )
+    if not all(isinstance(value, bool) for row in rows for value in row):
+        raise ValueError("wanted must hold bools (True: replay that row's reward)")
+    return rows
+
+
 def replay_distances(
     model: Any,
     tokenizer: Any,
@@ -304,6 +330,7 @@ def replay_distances(
     batch_size: int = DEFAULT_BATCH_SIZE,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     share_information: bool = True,
+    wanted: Tensor | Sequence[Sequence[bool]] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -324,6 +351,11 @@ def replay_distances(
             share (the same text in several contexts of a row, or in several rows of a
             group: a format rule, a schema, a reference) and let each context read their keys
             and values. The result is the same; False runs every context whole (a check).
+        wanted: Tensor[N, K] bool (or N lists of K bools), the (row, reward) pairs whose
+            distance is needed; default every pair. Only the contexts those need run: the
+            reference context of a row with any wanted reward, plus ``minus_k`` (``plus_k``)
+            for each wanted k. An unwanted pair gets distance 0 (uniform weights), which is
+            exact where the reward's advantage Ã_k is 0: its weights multiply 0.
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -333,18 +365,29 @@ def replay_distances(
     completions, num_rewards = check_inputs(prompts, completion_ids, infos, mode)
     check_positive("chunk_size", chunk_size)
     check_positive("batch_size", batch_size)
+    wanted = _check_wanted(wanted, len(completions), num_rewards)
+    # A row with no wanted reward runs nothing, not even its tokenization.
     contexts = [
         build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
+        if any(wanted[row])
+        else None
         for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
     ]
-    # Distinct contexts per row: identical ones (same ids) run once and are exactly 0 apart.
+    # Distinct contexts per row among those needed (the reference, then each wanted reward's):
+    # identical ones (same ids) run once and are exactly 0 apart; an unneeded context takes
+    # the reference's slot, so its distance is 0 without being run.
     unique: list[list[int]] = []
     slot_of: list[list[int]] = []
-    for ctx in contexts:
+    for ctx, row_wanted in zip(contexts, wanted, strict=True):
         seen: dict[tuple[int, ...], int] = {}
-        slots = [seen.setdefault(suffix, len(seen)) for suffix in ctx.suffixes]
-        first_context = {slot: c for c, slot in reversed(list(enumerate(slots)))}
-        unique.append([first_context[slot] for slot in range(len(seen))])
+        slots = [0] * (num_rewards + 1)
+        first_context: list[int] = []
+        needed = [] if ctx is None else [0, *(k + 1 for k in range(num_rewards) if row_wanted[k])]
+        for context in needed:
+            slots[context] = seen.setdefault(ctx.suffixes[context], len(seen))
+            if slots[context] == len(first_context):
+                first_context.append(context)
+        unique.append(first_context)
         slot_of.append(slots)
 
     device = _device(model)
