@@ -3,12 +3,21 @@ where its Ã_k is 0, and the per-token advantages stay those of replaying everyt
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 from test_relevance import INFOS, MESSAGES, OTHER, sharp  # noqa: F401 (sharp: a fixture)
+from test_trainer import AlwaysOne, RecordingMRTPO, train_mrtpo
+from trainer_toys import ContainsLetter
 
 from mrtpo import advantages
+from mrtpo.credit import CreditMap
+from mrtpo.credit.render import map_rows, to_html
 from mrtpo.relevance import build_contexts, naive_replay_distances, replay_distances
+from mrtpo.verifiers import Verdict
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -233,3 +242,122 @@ def test_bad_wanted_raises_naming_it(sharp):  # noqa: F811
         replay_distances(model, tokenizer, *good, wanted=[[1, 0]])
     distance, _ = replay_distances(model, tokenizer, *good, wanted=[[False, True]])
     assert distance[0, 0].eq(0).all() and distance[0, 1].gt(0).all()
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+
+class BothReplays(RecordingMRTPO):
+    """Each step's token advantages computed twice, from the same policy: replaying only the
+    pairs with Ã_k != 0 (what it trains on) and replaying every pair."""
+
+    def __init__(self, *args, **kwargs):
+        self.replay_everything = False
+        self.compared: list[tuple] = []
+        super().__init__(*args, **kwargs)
+
+    def _pairs_to_replay(self, normalized):
+        if self.replay_everything:
+            return torch.ones_like(normalized, dtype=torch.bool)
+        return super()._pairs_to_replay(normalized)
+
+    def _token_advantages(self, step, group_size, width):
+        skipped = super()._token_advantages(step, group_size, width)
+        self.replay_everything = True
+        try:
+            everything = super()._token_advantages(step, group_size, width)
+        finally:
+            self.replay_everything = False
+        self.compared.append((step.per_reward.clone(), skipped, everything))
+        return skipped
+
+
+@pytest.mark.parametrize("mode", ["leave_one_out", "add_one"])
+def test_trainer_skips_zero_advantage_pairs_and_keeps_its_advantages(tmp_path, mode):
+    trainer = train_mrtpo(
+        tmp_path,
+        trainer_class=BothReplays,
+        replay_mode=mode,
+        mrtpo_warmup_steps=0,
+        mrtpo_beta=1.0,
+        shuffle_token_weights=mode == "add_one",  # the ablation's permutation too
+    )
+    mixed_rows = 0
+    for normalized, skipped, everything in trainer.compared:
+        varies = normalized != 0
+        mixed_rows += int((varies.any(dim=1) & ~varies.all(dim=1)).sum())
+        replay = skipped.replay
+        assert replay.rows == varies.any(dim=1).nonzero().flatten().tolist()
+        assert torch.equal(replay.replayed.cpu(), varies[replay.rows])
+        assert replay.distance[~replay.replayed].eq(0).all()
+        torch.testing.assert_close(skipped.advantages, everything.advantages, atol=1e-5, rtol=0)
+        measured = everything.replay.distance[replay.rows]  # every row: rows == range(B)
+        torch.testing.assert_close(
+            replay.distance, measured * replay.replayed.unsqueeze(-1), atol=1e-5, rtol=0
+        )
+        spread = skipped.advantages.max(-1).values - skipped.advantages.min(-1).values
+        assert spread.max() > 1e-3  # the weights do move credit
+    assert mixed_rows > 0  # rows where some rewards were replayed and others skipped
+
+
+def test_contexts_share_and_distances_over_replayed_pairs_only(tmp_path):
+    """K = 2, one reward constant: a replayed row runs 2 of its 3 contexts; the constant
+    reward is never replayed, so it has no distance (None, not 0) and its credit-map row
+    says so."""
+    trainer = train_mrtpo(
+        tmp_path,
+        reward_funcs=[AlwaysOne(), ContainsLetter()],
+        mrtpo_warmup_steps=0,
+        credit_map_steps=1,
+    )
+    output_dir = Path(trainer.args.output_dir)
+    lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "loss" in line]
+    assert len(steps) == 2
+    assert any(line["mrtpo/replayed_rows_share"] > 0 for line in steps)
+    for line in steps:
+        rows = line["mrtpo/replayed_rows_share"]
+        assert line["mrtpo/replayed_contexts_share"] == pytest.approx(rows * 2 / 3)
+        assert line["mrtpo/distance/always_one/mean"] is None
+        if rows > 0:
+            assert 0 < line["mrtpo/distance/contains_letter/mean"] <= 1
+    page = (output_dir / "credit" / "step-00000.html").read_text()
+    assert "not replayed" in page and "not replayed: no distance measured" in page
+
+
+def credit_map(replayed) -> CreditMap:
+    return CreditMap(
+        text="ab",
+        offsets=[(0, 1), (1, 2)],
+        is_fragment=[False, False],
+        special_labels=["", ""],
+        names=["format", "answer"],
+        distance=[[0.0, 0.0], [0.2, 0.6]],
+        verdicts=[Verdict(1.0, "Use tags."), Verdict(0.0, "The answer is 3.")],
+        weights=[[1.0, 1.0], [0.5, 1.5]],
+        reward_advantages=[0.0, -1.2],
+        token_advantages=[-0.3, -0.9],
+        replayed=replayed,
+    )
+
+
+def test_credit_map_says_which_rewards_were_not_replayed():
+    shown = credit_map([False, True])
+    assert not shown.was_replayed(0) and shown.was_replayed(1)
+    rows, _ = map_rows(shown)
+    assert rows[0].summary.endswith("not replayed") and "not replayed" not in rows[1].summary
+    page = to_html(shown)
+    assert "not replayed: no distance measured" in page
+    assert "replay distance q 0.6000" in page and "replay distance q 0.0000" not in page
+    everything = credit_map(None)  # the default: every reward replayed
+    assert everything.was_replayed(0) and "not replayed:" not in to_html(everything)
+    record = {
+        "tokens": ["a", "b"],
+        "names": ["format", "answer"],
+        "distance": [[0.0, 0.0], [0.2, 0.6]],
+        "verdicts": shown.verdicts,
+        "replayed": [False, True],
+    }
+    np.testing.assert_array_equal(CreditMap.from_record(record).replayed, [False, True])
+    with pytest.raises(ValueError, match="replayed must have shape"):
+        credit_map([True, True, False])

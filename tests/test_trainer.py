@@ -80,10 +80,10 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
         )
         return output
 
-    def _replay(self, completion_width, rows):
+    def _replay(self, completion_width, rows, wanted=None):
         self.replays += 1
         self.replayed_rows += len(rows)
-        return super()._replay(completion_width, rows)
+        return super()._replay(completion_width, rows, wanted)
 
 
 class RecordingGRPO(Recorder, GRPOTrainer):
@@ -114,11 +114,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def train_mrtpo(
-    tmp_path, reward_funcs=None, callbacks=None, dataset=None, **overrides
+    tmp_path, reward_funcs=None, callbacks=None, dataset=None, trainer_class=None, **overrides
 ) -> RecordingMRTPO:
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(output_dir=str(tmp_path / "run"), **{**COMMON, **overrides})
-    trainer = RecordingMRTPO(
+    trainer = (trainer_class or RecordingMRTPO)(
         model=model,
         reward_funcs=reward_funcs or toy_verifiers(),
         args=args,
@@ -385,11 +385,17 @@ def test_plain_reward_function_gets_uniform_credit(tmp_path):
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("task_name", ["sql", "tool_calling", "instructions"])
-def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator):
+def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator, monkeypatch):
     task = tasks.get(task_name)
     verifiers = task.verifiers()
     # The tiny model's text scores 0 on most task rewards; a reward that varies makes MRTPO
-    # replay the rows (with every task verifier's information in the contexts).
+    # replay the rows (with every task verifier's information in the contexts). Every reward
+    # is replayed, not only those that vary, so that each verifier's own context runs too.
+    monkeypatch.setattr(
+        MRTPOTrainer,
+        "_pairs_to_replay",
+        lambda self, normalized: torch.ones_like(normalized).bool(),
+    )
     trainer = train_mrtpo(
         tmp_path,
         reward_funcs=[*verifiers, EvenLength()],

@@ -57,6 +57,9 @@ class ReplayResult:
     distance: torch.Tensor  # (R, K, T) JS distance of each reward's information at each token
     mask: torch.Tensor  # (R, T) 1 on response tokens
     seconds: float  # wall time of the replay
+    # (R, K) bool: the rewards replayed on each row; a reward not replayed (its Ã_k is 0, so its
+    # weights cannot matter) has distance 0 there, not measured
+    replayed: torch.Tensor
 
 
 @dataclass
@@ -64,8 +67,10 @@ class TokenAdvantages:
     """A token-level estimator's (MRTPO's) part of a step, this process's rows."""
 
     beta: float  # the weighting strength at this step (after warm-up)
-    replay: ReplayResult  # the rows where some Ã_k is not 0 (the others' weights cannot matter)
-    relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on rows not replayed
+    replay: (
+        ReplayResult  # the (row, reward) pairs where Ã_k is not 0 (elsewhere weights cannot matter)
+    )
+    relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on pairs not replayed
     advantages: torch.Tensor  # (B, T) A_t, as the loss gets them
 
 
