@@ -11,7 +11,8 @@ This subclass changes three things:
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
    replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`).
    TRL's `_compute_loss` accepts (B, T) advantages as is.
-3. Logging. Beta, replay time and share of the step, and each reward's replay distance (mean and
+3. Logging. Beta, replay time and share of the step, the shares of rows and of contexts
+   replayed, and each reward's replay distance over the pairs where it was replayed (mean and
    top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
    `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps the credit maps of a
    few rows go to `mrtpo.credit.write_training_maps`.
