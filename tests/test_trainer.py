@@ -440,12 +440,12 @@ def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
     seen_models = []
 
     class Watching(RecordingMRTPO):
-        def _replay(self, completion_width, rows):
+        def _replay(self, completion_width, rows, wanted=None):
             model = self.accelerator.unwrap_model(self.model)
             # The model the replay calls: the PEFT model, its LoRA layers switched on.
             lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
             seen_models.append((isinstance(model, peft.PeftModel), bool(lora_on) and all(lora_on)))
-            return super()._replay(completion_width, rows)
+            return super()._replay(completion_width, rows, wanted)
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(
