@@ -224,13 +224,12 @@ def _replay_hidden(
 
     U_i = the row's distinct contexts to run (``unique[i]``: their context indices; slot 0 is
     the reference context); None for a row with a single one or none (its ``contexts[i]``
-    may then be None). Rows with the same
-    prefix share one prefix pass, whose KV cache every context reads. Within a prefix, runs of
-    context tokens shared by several contexts (the same verifier information in several
-    contexts of a row, or in the rows of a group) are run once as stems
-    (``share_min_tokens`` tokens at least; None: no stems), and identical (context,
-    completion) pairs once. Each context then runs only what is its own, in right-padded
-    batches with positions continuing after the prefix and its stem.
+    may then be None). Rows with the same prefix share one prefix pass, whose KV cache every
+    context reads. Within a prefix, runs of context tokens shared by several contexts (the
+    same verifier information in several contexts of a row, or in the rows of a group) are run
+    once as stems (``share_min_tokens`` tokens at least; None: no stems), and identical
+    (context, completion) pairs once. Each context then runs only what is its own, in
+    right-padded batches with positions continuing after the prefix and its stem.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
     keyword = cache_keyword(body)
