@@ -80,10 +80,10 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
         )
         return output
 
-    def _replay(self, completion_width, rows):
+    def _replay(self, completion_width, rows, wanted=None):
         self.replays += 1
         self.replayed_rows += len(rows)
-        return super()._replay(completion_width, rows)
+        return super()._replay(completion_width, rows, wanted)
 
 
 class RecordingGRPO(Recorder, GRPOTrainer):
@@ -477,11 +477,17 @@ def test_plain_reward_function_gets_uniform_credit(tmp_path):
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("task_name", ["sql", "tool_calling", "instructions"])
-def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator):
+def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator, monkeypatch):
     task = tasks.get(task_name)
     verifiers = task.verifiers()
     # The tiny model's text scores 0 on most task rewards; a reward that varies makes MRTPO
-    # replay the rows (with every task verifier's information in the contexts).
+    # replay the rows (with every task verifier's information in the contexts). Every reward
+    # is replayed, not only those that vary, so that each verifier's own context runs too.
+    monkeypatch.setattr(
+        MRTPOTrainer,
+        "_pairs_to_replay",
+        lambda self, normalized: torch.ones_like(normalized).bool(),
+    )
     trainer = train_mrtpo(
         tmp_path,
         reward_funcs=[*verifiers, EvenLength()],
@@ -526,12 +532,12 @@ def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
     seen_models = []
 
     class Watching(RecordingMRTPO):
-        def _replay(self, completion_width, rows):
+        def _replay(self, completion_width, rows, wanted=None):
             model = self.accelerator.unwrap_model(self.model)
             # The model the replay calls: the PEFT model, its LoRA layers switched on.
             lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
             seen_models.append((isinstance(model, peft.PeftModel), bool(lora_on) and all(lora_on)))
-            return super()._replay(completion_width, rows)
+            return super()._replay(completion_width, rows, wanted)
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(

@@ -73,6 +73,9 @@ class ReplayResult:
     distance: torch.Tensor  # (R, K, T) JS distance of each reward's information at each token
     mask: torch.Tensor  # (R, T) 1 on the response tokens TRL trains (ScoredBatch.trained_mask)
     seconds: float  # wall time of the replay
+    # (R, K) bool: the rewards replayed on each row; a reward not replayed (its Ã_k is 0, so its
+    # weights cannot matter) has distance 0 there, not measured
+    replayed: torch.Tensor
 
 
 @dataclass
@@ -80,8 +83,9 @@ class TokenAdvantages:
     """A token-level estimator's (MRTPO's) part of a step, this process's rows."""
 
     beta: float  # the weighting strength at this step (after warm-up)
-    replay: ReplayResult  # the rows where some Ã_k is not 0 (the others' weights cannot matter)
-    relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on rows not replayed
+    # the (row, reward) pairs where Ã_k is not 0 (elsewhere the weights cannot matter)
+    replay: ReplayResult
+    relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on pairs not replayed
     advantages: torch.Tensor  # (B, T) A_t at `beta`, as the loss gets them
     # (B, T) dA_t/dbeta, when the batch serves several optimizer steps (each at its own beta)
     slope: torch.Tensor | None = None

@@ -13,7 +13,8 @@ This subclass changes three things:
    with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
    (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
    sequence-level sign-based options get each response's advantage (see the class).
-3. Logging. Beta, replay time and share of the step, and each reward's replay distance (mean and
+3. Logging. Beta, replay time and share of the step, the shares of rows and of contexts
+   replayed, and each reward's replay distance over the pairs where it was replayed (mean and
    top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
    `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps the credit maps of a
    few rows go to `mrtpo.credit.write_training_maps`.
@@ -271,9 +272,13 @@ class MRTPOTrainer(GRPOTrainer):
             self._write_credit_maps(step, width)
         return output
 
-    def _replay(self, completion_width: int, rows: list[int]) -> ReplayResult:
+    def _replay(
+        self, completion_width: int, rows: list[int], wanted: torch.Tensor | None = None
+    ) -> ReplayResult:
         """Replay `rows` (indices into this process's rows) with the current policy.
 
+        wanted: (R, K) bool, the rewards to replay on each of `rows` (only their contexts and
+        the reference context run; the others get distance 0); None: every reward.
         Distance and mask come back on the accelerator's device, T = `completion_width`. Every
         process calls this the same number of times in a step, with or without rows: the model's
         whole parameters are gathered once around the replay (`mrtpo.sharding.full_parameters`:
@@ -284,6 +289,10 @@ class MRTPOTrainer(GRPOTrainer):
         from mrtpo.relevance import replay_distances
 
         device = self.accelerator.device
+        num_rewards = len(self.reward_funcs)
+        if wanted is None:
+            wanted = torch.ones(len(rows), num_rewards, dtype=torch.bool)
+        wanted = wanted.to("cpu", torch.bool)
         scored = self._scored
         verdicts = scored.row_verdicts()
         options = self._replay_options()
@@ -299,12 +308,12 @@ class MRTPOTrainer(GRPOTrainer):
             self.accelerator.autocast(),  # TRL's loss forward runs under it: same distributions
         ):
             if not rows:  # the gather above is entered all the same
-                num_rewards = len(self.reward_funcs)
                 return ReplayResult(
                     rows=[],
                     distance=torch.zeros(0, num_rewards, completion_width, device=device),
                     mask=torch.zeros(0, completion_width, device=device),
                     seconds=0.0,
+                    replayed=wanted.to(device),
                 )
             was_training = model.training
             model.eval()
@@ -320,6 +329,7 @@ class MRTPOTrainer(GRPOTrainer):
                     chat_template_kwargs=self.chat_template_kwargs,
                     tools=self.tools,
                     chat_template=self.chat_template,
+                    wanted=wanted,
                     **options,
                 )
             finally:
@@ -333,6 +343,7 @@ class MRTPOTrainer(GRPOTrainer):
             distance=_fit_width(distance.float(), completion_width).to(device),
             mask=_fit_width(mask.float(), completion_width).to(device) * trained,
             seconds=time.perf_counter() - started,
+            replayed=wanted.to(device),
         )
 
     def _replay_options(self) -> dict[str, Any]:
@@ -348,14 +359,15 @@ class MRTPOTrainer(GRPOTrainer):
             options["batch_size"] = self.args.replay_batch_size
         return options
 
-    def _rows_to_replay(self, normalized: torch.Tensor) -> list[int]:
-        """The local rows whose distances can change their advantages.
+    def _pairs_to_replay(self, normalized: torch.Tensor) -> torch.Tensor:
+        """The local (row, reward) pairs whose distances can change the advantages: (B, K) bool.
 
-        normalized: (B, K) this process's Ã_k, NaN as 0. A row whose every Ã_k is 0 gets the
-        same advantage on every token whatever its weights, so skipping its replay is exact;
-        groups where no reward varies (common early in training) cost nothing.
+        normalized: (B, K) this process's Ã_k, NaN as 0. Reward k adds c_k w_{k,t} Ã_k to a
+        row's token t: where Ã_k = 0 its weights multiply 0, so skipping its contexts is exact.
+        A reward that does not vary in a group (saturated, or not yet ever met: common) costs
+        nothing there, and a row where no reward varies is not replayed at all.
         """
-        return (normalized != 0).any(dim=1).nonzero().flatten().tolist()
+        return normalized != 0
 
     def _beta_stays_zero(self) -> bool:
         """Whether beta is 0 at every optimizer step the current generation batch serves.
@@ -375,12 +387,15 @@ class MRTPOTrainer(GRPOTrainer):
     ) -> TokenAdvantages:
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
         scored = self._scored
-        # Beta 0 at every step this batch serves: uniform weights whatever the distances (GDPO).
-        rows = [] if self._beta_stays_zero() else self._rows_to_replay(step.per_reward)
-        replay = self._replay(width, rows)
+        wanted = self._pairs_to_replay(step.per_reward)
+        if self._beta_stays_zero():
+            # Beta 0 at every step this batch serves: uniform weights whatever the distances.
+            wanted = torch.zeros_like(wanted)
+        rows = wanted.any(dim=1).nonzero().flatten().tolist()
+        replay = self._replay(width, rows, wanted[rows])
         beta = self._beta()
         # The estimator takes the whole batch's rewards (group and batch statistics) and
-        # distances for every row. Rows that are not replayed (other processes' rows, rows
+        # distances for every row. Pairs that are not replayed (other processes' rows, pairs
         # skipped above) get zero distance, i.e. uniform weights; a row's advantage depends only
         # on its own distances and on the rewards, so this equals a single process replaying
         # everything.
@@ -528,14 +543,21 @@ class MRTPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         seconds = torch.tensor([replay.seconds], device=device)
         metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
-        num_rows = len(self._scored.prompts)
-        counts = torch.tensor([len(replay.rows), num_rows], device=device).float()
-        replayed, total_rows = self.accelerator.reduce(counts, reduction="sum").tolist()
-        metrics["mrtpo/replayed_rows_share"].append(replayed / total_rows)
-        # Distance statistics over the replayed rows.
-        token_mean = _distance_token_sums(replay.distance, replay.mask)  # (K, 2): sum, count
+        num_rows, num_rewards = len(self._scored.prompts), len(self.reward_funcs)
+        # A replayed row runs its reference context and one per replayed reward, of K + 1.
+        contexts = len(replay.rows) + replay.replayed.sum().item()
+        counts = torch.tensor(
+            [len(replay.rows), num_rows, contexts, num_rows * (num_rewards + 1)], device=device
+        ).float()
+        rows, total_rows, contexts, total_contexts = self.accelerator.reduce(
+            counts, reduction="sum"
+        ).tolist()
+        metrics["mrtpo/replayed_rows_share"].append(rows / total_rows)
+        metrics["mrtpo/replayed_contexts_share"].append(contexts / total_contexts)
+        # Distance statistics over the replayed (row, reward) pairs only.
+        token_mean = _distance_token_sums(replay.distance, replay.mask, replay.replayed)
         # (K, 2): sum of shares, responses
-        top_share = _top_share_sums(replay.distance, replay.mask, TOP_SHARE)
+        top_share = _top_share_sums(replay.distance, replay.mask, TOP_SHARE, replay.replayed)
         totals = self.accelerator.reduce(torch.stack([token_mean, top_share]), reduction="sum")
         for k, name in enumerate(self.reward_func_names):
             metrics[f"mrtpo/distance/{name}/mean"].append(_ratio(totals[0, k]))
@@ -565,19 +587,21 @@ class MRTPOTrainer(GRPOTrainer):
         """Maps of the lowest- and highest-total-reward rows of the main process's share.
 
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
-        their uniform assignment), as does MRTPO for a chosen row it skipped; every process
-        replays its own pick, possibly none (every process enters `_replay`, which gathers
-        sharded parameters); the main process writes.
+        their uniform assignment); every process replays its own pick, possibly none (every
+        process enters `_replay`, which gathers sharded parameters); the main process writes.
+        MRTPO's maps show its step's own replay: a reward it did not replay on a row (Ã_k = 0
+        there) shows as not replayed; while beta is 0 (nothing replayed) the shown rows are
+        replayed for the map.
         """
         self._last_credit_step = self.state.global_step
         scored = self._scored
         total = (torch.nan_to_num(scored.rewards[scored.local]) * step.reward_weights).sum(dim=1)
         order = torch.argsort(total, stable=True).tolist()
         chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
-        replayed = step.token.replay.rows if step.token is not None else []
-        # GDPO/GRPO, or MRTPO rows skipped because no reward varied. Every process replays, even
-        # with nothing missing: the replay gathers sharded parameters (see `_replay`).
-        extra = self._replay(width, rows=[i for i in chosen if i not in replayed])
+        # GDPO/GRPO replay the rows shown; so does MRTPO while beta is 0 (it replayed nothing).
+        # The same decision on every process: each enters `_replay` (see above).
+        shown_only = step.token is None or self._beta_stays_zero()
+        extra = self._replay(width, rows=chosen) if shown_only else None
         if not self.accelerator.is_main_process:
             return
         verdicts = scored.row_verdicts()
@@ -595,31 +619,32 @@ class MRTPOTrainer(GRPOTrainer):
         self,
         step: StepAdvantages,
         row: int,
-        extra: ReplayResult,
+        extra: ReplayResult | None,
         verdicts: list[Verdict],
         title: str,
     ) -> CreditMap:
         """The map of one local row, arrays cut to the response's own length.
 
-        MRTPO: its weights and per-token advantages. GDPO/GRPO: no weights (uniform) and the
+        MRTPO: its weights, per-token advantages and which rewards it replayed on the row.
+        GDPO/GRPO: the row replayed for the map (`extra`), no weights (uniform) and the
         response's advantage on every token; GRPO has no per-reward advantages.
         """
         scored, token = self._scored, step.token
         length = len(scored.completion_ids[row])
-        weights = None
-        if token is not None and row in token.replay.rows:
-            distance = token.replay.distance[token.replay.rows.index(row)]
-            weights = token.relevance[row]
-        else:  # replayed for the map only
-            j = extra.rows.index(row)
-            distance = extra.distance[j]
-            if token is not None:
-                weights = advantages.token_weights(
-                    extra.distance[j : j + 1], extra.mask[j : j + 1], token.beta
-                )[0]
+        weights = replayed = None
         if token is not None:
-            token_advantages = token.advantages[row, :length]
-        else:
+            weights, token_advantages = token.relevance[row], token.advantages[row, :length]
+            replay = token.replay
+            replayed = torch.zeros(len(self.reward_funcs), dtype=torch.bool)
+            distance = torch.zeros(len(self.reward_funcs), length)
+            if row in replay.rows:
+                replayed = replay.replayed[replay.rows.index(row)]
+                distance = replay.distance[replay.rows.index(row)]
+            elif extra is not None:  # beta 0: replayed for the map only
+                replayed = extra.replayed[extra.rows.index(row)]
+                distance = extra.distance[extra.rows.index(row)]
+        else:  # replayed for the map only
+            distance = extra.distance[extra.rows.index(row)]
             token_advantages = step.response[row].expand(length)
         has_per_reward = step.per_reward is not None
         return CreditMap.from_replay(
@@ -636,6 +661,7 @@ class MRTPOTrainer(GRPOTrainer):
             reward_weights=step.reward_weights.cpu(),
             prompt=last_user_message(scored.prompts[row]),
             title=title,
+            replayed=None if replayed is None else replayed.cpu(),
         )
 
 
@@ -673,18 +699,30 @@ def _ratio(pair: torch.Tensor) -> float:
     return (pair[0] / pair[1]).item() if pair[1] > 0 else float("nan")
 
 
-def _distance_token_sums(distance: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per reward: (sum of distance over response tokens, number of tokens). Shape (K, 2)."""
-    sums = (distance * mask.unsqueeze(1)).sum(dim=(0, 2))
-    counts = mask.sum().expand_as(sums)
-    return torch.stack([sums, counts], dim=1)
+def _distance_token_sums(
+    distance: torch.Tensor, mask: torch.Tensor, replayed: torch.Tensor
+) -> torch.Tensor:
+    """Per reward: (sum of distance over the response tokens of the rows where it was
+    replayed, number of those tokens). Shape (K, 2).
+
+    distance: (B, K, T); mask: (B, T); replayed: (B, K) bool.
+    """
+    counted = mask.unsqueeze(1) * replayed.unsqueeze(-1)  # (B, K, T)
+    sums = (distance * counted).sum(dim=(0, 2))
+    return torch.stack([sums, counted.sum(dim=(0, 2))], dim=1)
 
 
-def _top_share_sums(distance: torch.Tensor, mask: torch.Tensor, fraction: float) -> torch.Tensor:
+def _top_share_sums(
+    distance: torch.Tensor,
+    mask: torch.Tensor,
+    fraction: float,
+    replayed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per reward: (sum over responses of the share of the distance on the top `fraction` of
-    the response's tokens, number of responses with a non-zero distance). Shape (K, 2).
+    the response's tokens, number of responses with a non-zero distance where the reward was
+    replayed). Shape (K, 2).
 
-    distance: (B, K, T); mask: (B, T).
+    distance: (B, K, T); mask: (B, T); replayed: (B, K) bool, None: every pair.
     """
     masked = distance * mask.unsqueeze(1)
     ranked = masked.sort(dim=-1, descending=True).values.cumsum(dim=-1)  # (B, K, T)
@@ -693,6 +731,8 @@ def _top_share_sums(distance: torch.Tensor, mask: torch.Tensor, fraction: float)
     top_sum = ranked.gather(-1, top.view(-1, 1, 1).expand(-1, distance.shape[1], 1)).squeeze(-1)
     total = ranked[..., -1]  # (B, K)
     counted = (total > 0) & (num_tokens > 0).unsqueeze(1)
+    if replayed is not None:
+        counted &= replayed
     shares = torch.where(counted, top_sum / total.clamp(min=1e-12), torch.zeros_like(total))
     return torch.stack([shares.sum(dim=0), counted.sum(dim=0).to(shares.dtype)], dim=1)
 

@@ -110,6 +110,9 @@ class CreditMap:
         the instruction-following task's slot k checks a different constraint on each row).
     prompt: the prompt text (for display).
     title: a heading for the map.
+    replayed: [K] bool, whether reward k's contexts were replayed on this response, or None
+        (all were). The trainer skips a reward whose Ã_k is 0 on the row (its weights cannot
+        change the advantage): its distance row is 0 without being measured, its weights 1.
     """
 
     text: str
@@ -127,6 +130,7 @@ class CreditMap:
     types: list[str] | None = None
     prompt: str = ""
     title: str = ""
+    replayed: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         num_tokens, num_rewards = len(self.offsets), len(self.names)
@@ -172,10 +176,20 @@ class CreditMap:
         self.types = list(self.names) if self.types is None else [str(t) for t in self.types]
         if len(self.types) != num_rewards:
             raise ValueError(f"types must hold K={num_rewards} entries, got {len(self.types)}")
+        if self.replayed is not None:
+            self.replayed = as_array(self.replayed, "replayed", 1).astype(bool)
+            if self.replayed.shape != (num_rewards,):
+                raise ValueError(
+                    f"replayed must have shape [K={num_rewards}], got {self.replayed.shape}"
+                )
 
     @property
     def num_tokens(self) -> int:
         return len(self.offsets)
+
+    def was_replayed(self, k: int) -> bool:
+        """Whether reward k's distance was measured (False: not replayed, left at 0)."""
+        return self.replayed is None or bool(self.replayed[k])
 
     def token_text(self, t: int) -> str:
         """The characters of token t in `text` ("" for a byte fragment or a special token)."""
@@ -228,6 +242,7 @@ class CreditMap:
         types: Sequence[str] | None = None,
         prompt: str = "",
         title: str = "",
+        replayed: Any = None,
     ) -> CreditMap:
         """Build a map from one replayed row.
 
@@ -235,7 +250,7 @@ class CreditMap:
         distance: [K, T]; weights: [K, T] or None; reward_advantages: [K] or None;
         token_advantages: [T] or None; mask: [T] 1 on response tokens (a padded row is cut
         to its length); text: the completion text the verifiers read (default: the decoded
-        ids, special tokens skipped, as TRL decodes them).
+        ids, special tokens skipped, as TRL decodes them); replayed: [K] bool or None (all).
         """
         ids = [
             int(i)
@@ -271,6 +286,7 @@ class CreditMap:
             types=types,
             prompt=prompt,
             title=title,
+            replayed=replayed,
         )
 
     @classmethod
@@ -292,6 +308,7 @@ class CreditMap:
             "types": record.get("types"),
             "prompt": prompt,
             "title": record.get("title", ""),
+            "replayed": record.get("replayed"),
         }
         if "tokenizer" in record:
             return cls.from_replay(

@@ -4,7 +4,8 @@ Every view has one row per reward (shaded by that reward's share of the advantag
 c_k * w_{k,t} * Ã_k), a combined row (MRTPO's A_t) and, when known, GDPO's uniform row; each
 token is one box: blue for a positive advantage, red for a negative one, white for zero, on a
 scale shared by all the rows of a map. A map without advantages (analysis replays) is shaded by
-replay distance instead. The completion is untrusted text: everything is escaped, control
+replay distance instead. A reward that was not replayed on a response (the trainer skips it where
+its Ã_k is 0) says so beside its row and has no distance. The completion is untrusted text: everything is escaped, control
 characters are shown as visible escapes, and whitespace as glyphs (↵ newline, ⇥ tab).
 """
 
@@ -92,6 +93,8 @@ def map_rows(credit_map: CreditMap) -> tuple[list[Row], str]:
         summary = score
         if credit_map.reward_advantages is not None:
             summary += f", advantage Ã={_format(float(credit_map.reward_advantages[k]))}"
+        if not credit_map.was_replayed(k):
+            summary += ", not replayed"
         if mode == "advantage" and per_reward is not None:
             values = per_reward[k]
         elif mode == "advantage":
@@ -193,7 +196,9 @@ def _token_tooltip(credit_map: CreditMap, row: Row, t: int, row_index: int) -> s
     else:
         what = repr(credit_map.token_text(t))
     lines = [f"token {t}: {what}", f"value {row.values[t]:+.4f}"]
-    if row.kind == "reward":
+    if row.kind == "reward" and not credit_map.was_replayed(row_index):
+        lines.append("not replayed: no distance measured")
+    elif row.kind == "reward":
         lines.append(f"replay distance q {credit_map.distance[row_index, t]:.4f}")
         if credit_map.weights is not None:
             lines.append(f"weight w {credit_map.weights[row_index, t]:.3f}")
@@ -275,7 +280,9 @@ def to_html(maps: CreditMap | Sequence[CreditMap], title: str = "Credit map") ->
         "Each reward row shades a token by that reward's share of the advantage "
         "(c<sub>k</sub>·w<sub>k,t</sub>·Ã<sub>k</sub>); the combined row is MRTPO's per-token advantage "
         "A<sub>t</sub>; GDPO gives every token the same advantage. Boxes are tokens (dashed: a byte "
-        "fragment of a character), underlined tokens are the ones the verifier read; hover a box for its numbers."
+        "fragment of a character), underlined tokens are the ones the verifier read; hover a box for its numbers. "
+        'A reward marked "not replayed" has Ã<sub>k</sub> = 0 on that response: it adds nothing to the '
+        "advantage, so its contexts were not replayed and it has no measured distance."
     )
     body = "".join(_map_html(credit_map, i + 1) for i, credit_map in enumerate(maps))
     return (

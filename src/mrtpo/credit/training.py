@@ -50,6 +50,7 @@ def write_training_maps(
       gdpo_advantage: optional float, GDPO's advantage of this row;
       reward_weights: optional [K] reward weights c_k;
       types: optional [K] each reward's kind of check (see `CreditMap.types`);
+      replayed: optional [K] bool, whether each reward was replayed (default: all were);
       title: optional heading (e.g. "lowest reward").
     Arrays may be lists, numpy arrays or torch tensors.
     """

@@ -214,8 +214,10 @@ def contexts_of_rows(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     tools: Sequence[Any] | None = None,
     chat_template: str | None = None,
-) -> list[Contexts]:
-    """``build_contexts`` of every row (prompts[i] with infos[i]), errors naming the row."""
+    needed: Sequence[bool] | None = None,
+) -> list[Contexts | None]:
+    """``build_contexts`` of every row (prompts[i] with infos[i]), errors naming the row; None
+    for a row whose ``needed[i]`` is False (default: every row is needed)."""
     return [
         build_contexts(
             tokenizer,
@@ -227,6 +229,8 @@ def contexts_of_rows(
             tools=tools,
             chat_template=chat_template,
         )
+        if needed is None or needed[row]
+        else None
         for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
     ]
 
@@ -236,14 +240,16 @@ def _prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> Hashable:
 
 
 def share_prefixes(
-    contexts: Sequence[Contexts], prompts: Sequence[str | Sequence[Mapping[str, Any]]]
-) -> list[Contexts]:
+    contexts: Sequence[Contexts | None], prompts: Sequence[str | Sequence[Mapping[str, Any]]]
+) -> list[Contexts | None]:
     """The rows' contexts re-split so that rows with the same prompt have one prefix: the
     longest common token prefix of all their contexts (a row's own may reach a token or two
-    further into its information, which would cost its group a prefix pass of its own)."""
+    further into its information, which would cost its group a prefix pass of its own). Rows
+    without contexts (None) stay None."""
     rows_of: dict[Hashable, list[int]] = {}
     for row, prompt in enumerate(prompts):
-        rows_of.setdefault(_prompt_key(prompt), []).append(row)
+        if contexts[row] is not None:
+            rows_of.setdefault(_prompt_key(prompt), []).append(row)
     shared = list(contexts)
     for rows in rows_of.values():
         size = common_prefix_length([contexts[row].prefix for row in rows])

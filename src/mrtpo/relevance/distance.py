@@ -113,31 +113,44 @@ def chunked_distances(
         hidden: per row i, Tensor[U_i, T_i, H], the states predicting each completion token in
             each of the row's U_i distinct contexts (slot 0: the reference); None for a row
             whose contexts are all the same (left at 0).
-        slot_of: per row, K + 1 ints, the slot of ``hidden[i]`` holding each context.
+        slot_of: per row, K + 1 ints, the slot of ``hidden[i]`` holding each context; a
+            context in slot 0 (the same as the reference, or not replayed) is left at 0.
         chunk_size: response positions (all rows pooled) per chunk.
         distance: Tensor[N, K, T], written in place at ``[i, :, :T_i]``.
 
-    Per chunk of pooled positions: the K + 1 contexts' states laid out as (K + 1, P, H), one
-    vocabulary projection, one log-softmax and one JS call of the reference against the K
-    others. Few, large operations: per-operation overhead (and thread synchronisation on a
-    busy CPU) stays small. A context identical to the reference gives exactly 0.
+    Per chunk of pooled positions: one vocabulary projection and one log-softmax over the
+    distinct contexts' states of all its rows (a context identical to another, or one that
+    was not run, costs nothing here), then per row the JS distance of the reference against
+    its other distinct contexts. Few, large operations: per-operation overhead (and thread
+    synchronisation on a busy CPU) stays small.
     """
     sizes = {row: states.shape[1] for row, states in enumerate(hidden) if states is not None}
+    # Per row: the rewards whose context is not the reference's slot, and that slot's index
+    # among the JS values (slot - 1).
+    targets = {}
+    for row in sizes:
+        measured = [(k, slot - 1) for k, slot in enumerate(slot_of[row][1:]) if slot > 0]
+        pairs = torch.tensor(measured, dtype=torch.long).reshape(-1, 2).T
+        targets[row] = pairs.to(distance.device)
     for chunk in _chunks(sizes, chunk_size):
         states = torch.cat(
-            [hidden[row][slot_of[row], start:stop] for row, start, stop in chunk], dim=1
-        )  # (K + 1, P, H): slot_of maps each context to its distinct hidden states
+            [hidden[row][:, start:stop].flatten(0, 1) for row, start, stop in chunk]
+        )  # (sum of U_i * positions, H): each row's distinct contexts, slot by slot
         log_probs = torch.log_softmax(project(states), dim=-1)
-        # The JS temporaries (K, block, V) are sized for the device (js_block_elements).
-        block = max(1, js_block_elements(log_probs.device) // (log_probs[1:, :1].numel()))
-        values = torch.cat(
-            [
-                _js_from_log_probs(log_probs[:1, at : at + block], log_probs[1:, at : at + block])
-                for at in range(0, log_probs.shape[1], block)
-            ],
-            dim=1,
-        )  # (K, P)
         offset = 0
         for row, start, stop in chunk:
-            distance[row, :, start:stop] = values[:, offset : offset + stop - start]
-            offset += stop - start
+            size = hidden[row].shape[0] * (stop - start)
+            piece = log_probs[offset : offset + size].view(hidden[row].shape[0], stop - start, -1)
+            offset += size
+            # The JS temporaries (U_i - 1, block, V) are sized for the device (js_block_elements):
+            # cache-sized on CPU, several times faster there; large on accelerators.
+            block = max(1, js_block_elements(piece.device) // piece[1:, :1].numel())
+            values = torch.cat(
+                [
+                    _js_from_log_probs(piece[:1, at : at + block], piece[1:, at : at + block])
+                    for at in range(0, stop - start, block)
+                ],
+                dim=1,
+            )  # (U_i - 1, positions): slot s >= 1 against the reference
+            rewards, sources = targets[row]
+            distance[row, rewards, start:stop] = values[sources]

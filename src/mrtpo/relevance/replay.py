@@ -4,6 +4,9 @@
 (``contexts``) and takes the JS distance (``distance``) of the reference context's next-token
 distribution against each other one's. How it is kept cheap (the Cost section of
 ``docs/METHOD.md``):
+- Only the contexts the caller wants run (``wanted``): a reward whose advantage Ã_k is 0 on a
+  row cannot change that row's token advantages, so its ``minus_k`` (``plus_k``) context is
+  not run; a row with no wanted reward runs nothing.
 - Every context of a prompt shares the prompt as a prefix (their longest common token prefix,
   up to the last tokens of the prompt). That prefix is run once per distinct prompt (the G
   rows of a group share it); its KV cache is reused by all ``G * (K + 1)`` contexts, which
@@ -216,7 +219,7 @@ def _run_stems(
 def _replay_hidden(
     model: Any,
     pad_id: int,
-    contexts: list[Contexts],
+    contexts: list[Contexts | None],
     completions: list[list[int]],
     unique: list[list[int]],
     batch_size: int,
@@ -224,14 +227,15 @@ def _replay_hidden(
 ) -> list[Tensor | None]:
     """Last hidden states predicting each completion token, per row: Tensor[U_i, T_i, H].
 
-    U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
-    reference context); None for a row with a single distinct context. Rows with the same
-    prefix share one prefix pass, whose KV cache every context reads (a model whose cache holds
-    more than attention keys/values, e.g. a hybrid recurrent one, runs every context whole
-    instead: ``kv_share.reusable``). Within a prefix, runs of context tokens shared by several
-    contexts (the same verifier information in several contexts of a row, or in the rows of a
-    group) are run once as stems (``share_min_tokens`` tokens at least; None: no stems), and
-    identical (context, completion) pairs once. Each context then runs only what is its own, in right-padded
+    U_i = the row's distinct contexts to run (``unique[i]``: their context indices; slot 0 is
+    the reference context); None for a row with a single one or none (its ``contexts[i]``
+    may then be None). Rows with the same prefix share one prefix pass, whose KV cache every
+    context reads (a model whose cache holds more than attention keys/values, e.g. a hybrid
+    recurrent one, runs every context whole instead: ``kv_share.reusable``). Within a prefix,
+    runs of context tokens shared by several contexts (the same verifier information in
+    several contexts of a row, or in the rows of a group) are run once as stems
+    (``share_min_tokens`` tokens at least; None: no stems), and identical (context,
+    completion) pairs once. Each context then runs only what is its own, in right-padded
     batches with positions continuing after the prefix and its stem.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
@@ -306,6 +310,28 @@ def _replay_hidden(
     return out
 
 
+def _check_wanted(
+    wanted: Tensor | Sequence[Sequence[bool]] | None, num_rows: int, num_rewards: int
+) -> list[list[bool]]:
+    """``wanted`` as N lists of K bools (every pair when None); the error names its shape."""
+    if wanted is None:
+        return [[True] * num_rewards for _ in range(num_rows)]
+    if isinstance(wanted, Tensor):
+        if wanted.dtype != torch.bool:
+            raise ValueError(f"wanted must be a bool Tensor[N, K], got dtype {wanted.dtype}")
+        wanted = wanted.tolist()
+    rows = [list(row) for row in wanted]
+    if len(rows) != num_rows or any(len(row) != num_rewards for row in rows):
+        lengths = sorted({len(row) for row in rows})
+        raise ValueError(
+            f"wanted must have shape (N, K) = ({num_rows}, {num_rewards}), got {len(rows)} "
+            f"rows of {lengths} entries"
+        )
+    if not all(isinstance(value, bool) for row in rows for value in row):
+        raise ValueError("wanted must hold bools (True: replay that row's reward)")
+    return rows
+
+
 def replay_distances(
     model: Any,
     tokenizer: Any,
@@ -321,6 +347,7 @@ def replay_distances(
     chat_template: str | None = None,
     temperature: float = 1.0,
     lm_head_fp32: bool = False,
+    wanted: Tensor | Sequence[Sequence[bool]] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -350,6 +377,11 @@ def replay_distances(
             TRL's loss computes them (``mrtpo.relevance.head``: logit scale, soft-cap, then
             divided by the temperature), under the caller's autocast as TRL's forward is.
         lm_head_fp32: project in float32 outside autocast (TRL's ``cast_lm_head_to_fp32``).
+        wanted: Tensor[N, K] bool (or N lists of K bools), the (row, reward) pairs whose
+            distance is needed; default every pair. Only the contexts those need run: the
+            reference context of a row with any wanted reward, plus ``minus_k`` (``plus_k``)
+            for each wanted k. An unwanted pair gets distance 0 (uniform weights), which is
+            exact where the reward's advantage Ã_k is 0: its weights multiply 0.
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -360,18 +392,34 @@ def replay_distances(
     check_positive("chunk_size", chunk_size)
     check_positive("batch_size", batch_size)
     head = PolicyHead.of(model, temperature, lm_head_fp32)
+    wanted = _check_wanted(wanted, len(completions), num_rewards)
+    # A row with no wanted reward runs nothing, not even its tokenization.
     contexts = contexts_of_rows(
-        tokenizer, prompts, infos, mode, chat_template_kwargs, tools, chat_template
+        tokenizer,
+        prompts,
+        infos,
+        mode,
+        chat_template_kwargs,
+        tools,
+        chat_template,
+        needed=[any(row) for row in wanted],
     )
     contexts = share_prefixes(contexts, prompts)  # one prefix pass per distinct prompt
-    # Distinct contexts per row: identical ones (same ids) run once and are exactly 0 apart.
+    # Distinct contexts per row among those needed (the reference, then each wanted reward's):
+    # identical ones (same ids) run once and are exactly 0 apart; an unneeded context takes
+    # the reference's slot, so its distance is 0 without being run.
     unique: list[list[int]] = []
     slot_of: list[list[int]] = []
-    for ctx in contexts:
+    for ctx, row_wanted in zip(contexts, wanted, strict=True):
         seen: dict[tuple[int, ...], int] = {}
-        slots = [seen.setdefault(suffix, len(seen)) for suffix in ctx.suffixes]
-        first_context = {slot: c for c, slot in reversed(list(enumerate(slots)))}
-        unique.append([first_context[slot] for slot in range(len(seen))])
+        slots = [0] * (num_rewards + 1)
+        first_context: list[int] = []
+        needed = [] if ctx is None else [0, *(k + 1 for k in range(num_rewards) if row_wanted[k])]
+        for context in needed:
+            slots[context] = seen.setdefault(ctx.suffixes[context], len(seen))
+            if slots[context] == len(first_context):
+                first_context.append(context)
+        unique.append(first_context)
         slot_of.append(slots)
 
     device = _device(model)
