@@ -1,0 +1,165 @@
+"""SAW weights (arXiv 2606.07705) against values computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mrtpo.advantages import gdpo
+from mrtpo.weighting import SAW_EPS, coefficients_of_variation, saw_weights
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+NAN = float("nan")
+SQRT3 = math.sqrt(3.0)
+
+# Hand values used below (sample std, n - 1):
+#   [1, 0, 1, 0]: mean 1/2, std sqrt(1/3), cv = 2/sqrt(3)
+#   [1, 0, 0, 0]: mean 1/4, std 1/2,       cv = 2
+# With K = 2 the weights are 2 * (2/sqrt(3), 2) / (2/sqrt(3) + 2) = (sqrt(3) - 1, 3 - sqrt(3)).
+HALF_ONES = [1.0, 0.0, 1.0, 0.0]
+ONE_IN_FOUR = [1.0, 0.0, 0.0, 0.0]
+
+
+def columns(*cols: list[float]) -> torch.Tensor:
+    return torch.tensor(cols, dtype=torch.float32).T.contiguous()
+
+
+def test_coefficients_of_variation_by_hand():
+    cv = coefficients_of_variation(columns(HALF_ONES, ONE_IN_FOUR))
+    assert cv.tolist() == pytest.approx([2 / SQRT3, 2.0], rel=1e-6)
+
+
+def test_weights_by_hand():
+    weights = saw_weights(columns(HALF_ONES, ONE_IN_FOUR))
+    assert weights.tolist() == pytest.approx([SQRT3 - 1, 3 - SQRT3], rel=1e-6)
+
+
+def test_equal_coefficients_of_variation_give_equal_weights():
+    # The second reward is the first times 3: same cv, so each gets K / 2 = 1.
+    weights = saw_weights(columns(HALF_ONES, [3 * x for x in HALF_ONES]))
+    assert weights.tolist() == pytest.approx([1.0, 1.0], rel=1e-6)
+    three = saw_weights(columns(HALF_ONES, HALF_ONES, HALF_ONES))
+    assert three.tolist() == pytest.approx([1.0, 1.0, 1.0], rel=1e-6)
+
+
+def test_weights_sum_to_the_number_of_rewards():
+    rewards = torch.rand(32, 3, generator=torch.Generator().manual_seed(0))
+    assert saw_weights(rewards).sum().item() == pytest.approx(3.0, rel=1e-6)
+
+
+def test_a_constant_reward_gets_weight_zero_and_the_others_share_k():
+    weights = saw_weights(columns([1.0, 1.0, 1.0, 1.0], ONE_IN_FOUR))
+    assert weights[0].item() == 0.0
+    assert weights[1].item() == pytest.approx(2.0, rel=1e-6)
+
+
+def test_when_no_reward_varies_every_weight_is_zero():
+    weights = saw_weights(columns([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]))
+    assert weights.tolist() == [0.0, 0.0]
+
+
+def test_a_zero_mean_reward_that_varies_takes_nearly_all_the_weight():
+    # [-1, 1, -1, 1]: mean 0, std sqrt(4/3), so cv = sqrt(4/3) / 1e-8.
+    rewards = columns([-1.0, 1.0, -1.0, 1.0], ONE_IN_FOUR)
+    cv = coefficients_of_variation(rewards)
+    assert cv[0].item() == pytest.approx(math.sqrt(4 / 3) / SAW_EPS, rel=1e-5)
+    weights = saw_weights(rewards)
+    assert weights[0].item() == pytest.approx(2.0, rel=1e-6)
+    assert weights[1].item() == pytest.approx(2 * 2 / (math.sqrt(4 / 3) / SAW_EPS), rel=1e-4)
+
+
+def test_shifting_a_negative_reward_by_its_lower_bound():
+    # [-1, 1, -1, 1] + 1 = [0, 2, 0, 2]: mean 1, std 2/sqrt(3), cv = 2/sqrt(3), as HALF_ONES.
+    weights = saw_weights(columns([-1.0, 1.0, -1.0, 1.0], ONE_IN_FOUR), shifts=[1.0, 0.0])
+    assert weights.tolist() == pytest.approx([SQRT3 - 1, 3 - SQRT3], rel=1e-6)
+
+
+def test_a_zero_reward_is_constant_not_zero_mean():
+    weights = saw_weights(columns([0.0, 0.0, 0.0, 0.0], ONE_IN_FOUR))
+    assert weights.tolist() == pytest.approx([0.0, 2.0], rel=1e-6)
+
+
+def test_scale_invariance():
+    rewards = torch.rand(24, 3, generator=torch.Generator().manual_seed(1)) + 0.1
+    scaled = rewards.clone()
+    scaled[:, 1] *= 7.5
+    assert torch.allclose(saw_weights(scaled), saw_weights(rewards), rtol=1e-5, atol=0)
+
+
+def test_nan_scores_are_left_out_of_a_rewards_statistics():
+    # Without their NaN, the columns are HALF_ONES and ONE_IN_FOUR.
+    rewards = columns([1.0, 0.0, NAN, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0, NAN])
+    weights = saw_weights(rewards)
+    assert weights.tolist() == pytest.approx([SQRT3 - 1, 3 - SQRT3], rel=1e-6)
+
+
+def test_a_reward_with_fewer_than_two_scores_gets_weight_zero():
+    one_score = saw_weights(columns(HALF_ONES, [NAN, NAN, 5.0, NAN]))
+    no_score = saw_weights(columns(HALF_ONES, [NAN, NAN, NAN, NAN]))
+    for weights in (one_score, no_score):
+        assert not torch.isnan(weights).any()
+        assert weights.tolist() == pytest.approx([2.0, 0.0], rel=1e-6)
+
+
+def test_integer_rewards_are_accepted():
+    weights = saw_weights(torch.tensor([[1, 1], [0, 0], [1, 0], [0, 0]]))
+    assert weights.tolist() == pytest.approx([SQRT3 - 1, 3 - SQRT3], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("rewards", "kwargs", "message"),
+    [
+        (torch.ones(4), {}, "shape \\(N, K\\)"),
+        (torch.ones(0, 2), {}, "shape \\(N, K\\)"),
+        ([[1.0, 2.0]], {}, "must be a torch.Tensor"),
+        (torch.tensor([[1.0, float("inf")]]), {}, "inf"),
+        (torch.ones(3, 2), {"eps": 0.0}, "eps must be > 0"),
+        (torch.ones(3, 2), {"shifts": [1.0]}, "shifts must be 2 finite values"),
+        (torch.ones(3, 2), {"shifts": [1.0, NAN]}, "shifts must be 2 finite values"),
+    ],
+)
+def test_bad_arguments_say_what_was_wrong(rewards, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        saw_weights(rewards, **kwargs)
+
+
+# ----------------------------------------------------------------------------- GDPO + SAW
+
+
+def reference_gdpo_saw(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """GDPO with SAW in plain torch ops (no NaN): the weights multiply each reward's
+    group-normalized advantage before the sum, and the sum is then normalized over the batch."""
+    num_rewards = rewards.shape[1]
+    mean = rewards.mean(dim=0)
+    std = rewards.std(dim=0)
+    cv = std / (mean.abs() + SAW_EPS)
+    weights = num_rewards * cv / (cv.sum() + SAW_EPS)
+    grouped = rewards.view(-1, group_size, num_rewards)
+    normalized = (grouped - grouped.mean(dim=1, keepdim=True)) / (
+        grouped.std(dim=1, keepdim=True) + eps
+    )
+    summed = (normalized.view(-1, num_rewards) * weights).sum(dim=1)
+    return (summed - summed.mean()) / (summed.std() + eps)
+
+
+def test_gdpo_with_saw_on_a_two_group_two_reward_batch():
+    # Groups of 2. Reward 0 (format, mostly learned): [1, 0 | 1, 1]; reward 1 (correctness,
+    # rare): [0, 1 | 0, 0]. cv = (0.5/0.75, 0.5/0.25) = (2/3, 2), so w = (0.5, 1.5).
+    rewards = columns([1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0])
+    assert saw_weights(rewards).tolist() == pytest.approx([0.5, 1.5], rel=1e-6)
+    # Group 1: each reward's advantage is +-a with a = 0.5 / (sqrt(0.5) + eps); group 2: 0.
+    # S = 0.5 * (a, -a, 0, 0) + 1.5 * (-a, a, 0, 0) = (-a, a, 0, 0); std_batch S = a sqrt(2/3).
+    eps = 1e-4
+    a = 0.5 / (math.sqrt(0.5) + eps)
+    top = a / (a * math.sqrt(2 / 3) + eps)  # ~ sqrt(3/2)
+    expected = [-top, top, 0.0, 0.0]
+    assert reference_gdpo_saw(rewards, 2).tolist() == pytest.approx(expected, abs=1e-6)
+    # The SAW weights in place of c_k in the GDPO estimator give the same advantages.
+    assert gdpo(rewards, 2, weights=saw_weights(rewards)).tolist() == pytest.approx(
+        expected, abs=1e-6
+    )
+    # With equal static weights the two rewards cancel here: SAW is what makes row 1 win.
+    assert gdpo(rewards, 2).tolist() == pytest.approx([0.0] * 4, abs=1e-6)
