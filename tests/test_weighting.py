@@ -1,4 +1,5 @@
-"""SAW weights (arXiv 2606.07705) against values computed by hand."""
+"""SAW weights (arXiv 2606.07705) against values computed by hand; the weighting registry;
+SAW in place of c_k in GRPO, GDPO and MRTPO."""
 
 from __future__ import annotations
 
@@ -7,8 +8,18 @@ import math
 import pytest
 import torch
 
-from mrtpo.advantages import gdpo
-from mrtpo.weighting import SAW_EPS, coefficients_of_variation, saw_weights
+from mrtpo.advantages import (
+    SAW_EPS,
+    WEIGHTINGS,
+    coefficients_of_variation,
+    gdpo,
+    get_estimator,
+    get_weighting,
+    grpo,
+    mrtpo,
+    register_weighting,
+    saw_weights,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -113,7 +124,7 @@ def test_integer_rewards_are_accepted():
     ("rewards", "kwargs", "message"),
     [
         (torch.ones(4), {}, "shape \\(N, K\\)"),
-        (torch.ones(0, 2), {}, "shape \\(N, K\\)"),
+        (torch.ones(0, 2), {}, "at least one row"),
         ([[1.0, 2.0]], {}, "must be a torch.Tensor"),
         (torch.tensor([[1.0, float("inf")]]), {}, "inf"),
         (torch.ones(3, 2), {"eps": 0.0}, "eps must be > 0"),
@@ -163,3 +174,81 @@ def test_gdpo_with_saw_on_a_two_group_two_reward_batch():
     )
     # With equal static weights the two rewards cancel here: SAW is what makes row 1 win.
     assert gdpo(rewards, 2).tolist() == pytest.approx([0.0] * 4, abs=1e-6)
+
+
+# The batch above, by hand: w = (0.5, 1.5); in group 1 each reward's advantage is +-a.
+FORMAT_AND_CORRECT = ([1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0])
+A = 0.5 / (math.sqrt(0.5) + 1e-4)
+
+
+def test_grpo_with_saw_on_a_two_group_two_reward_batch():
+    rewards = columns(*FORMAT_AND_CORRECT)
+    # R = 0.5 * format + 1.5 * correctness = [0.5, 1.5 | 0.5, 0.5]. Group 1: mean 1, std
+    # sqrt(0.5), so (-a, a); group 2 is constant: 0.
+    weights = saw_weights(rewards)
+    assert grpo(rewards, 2, weights=weights).tolist() == pytest.approx([-A, A, 0, 0], abs=1e-5)
+    # Static weights of 1 give R = 1 everywhere: no signal at all.
+    assert grpo(rewards, 2).tolist() == pytest.approx([0.0] * 4, abs=1e-6)
+
+
+def test_mrtpo_with_saw_keeps_the_token_mean_of_gdpo_with_saw():
+    rewards = columns(*FORMAT_AND_CORRECT)
+    weights = saw_weights(rewards)
+    top = A / (A * math.sqrt(2 / 3) + 1e-4)  # GDPO + SAW's (-top, top, 0, 0), computed above
+    # Three response tokens (the last row has two and a padding position); reward 0's distance
+    # sits on token 0, reward 1's on token 2.
+    distance = torch.tensor([[[0.6, 0.0, 0.0], [0.0, 0.0, 0.3]]]).expand(4, 2, 3).contiguous()
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0]])
+    per_token = mrtpo(rewards, 2, distance, mask, beta=1.0, weights=weights)
+    # beta 1: w_{0,t} = (3, 0, 0), w_{1,t} = (0, 0, 3). Row 1: S-terms 0.5 * a and 1.5 * (-a),
+    # so tokens (1.5 a, 0, -4.5 a) / std S, whose mean is -a / std S = -top.
+    std = A * math.sqrt(2 / 3) + 1e-4
+    assert per_token[0].tolist() == pytest.approx([1.5 * A / std, 0, -4.5 * A / std], abs=1e-4)
+    token_mean = (per_token * mask).sum(-1) / mask.sum(-1)
+    assert token_mean.tolist() == pytest.approx([-top, top, 0, 0], abs=1e-5)
+    # And on random batches with NaN scores: MRTPO + SAW's token mean is GDPO + SAW's advantage.
+    gen = torch.Generator().manual_seed(3)
+    rewards = (torch.rand(12, 3, generator=gen) > 0.5).float()
+    rewards[torch.rand(12, 3, generator=gen) < 0.15] = NAN
+    weights = saw_weights(rewards)
+    mask = (torch.rand(12, 7, generator=gen) > 0.2).long()
+    mask[:, 0] = 1
+    per_token = mrtpo(rewards, 4, torch.rand(12, 3, 7, generator=gen), mask, 0.7, weights=weights)
+    token_mean = (per_token * mask).sum(-1) / mask.sum(-1)
+    torch.testing.assert_close(token_mean, gdpo(rewards, 4, weights=weights), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_weighting_registry():
+    assert list(WEIGHTINGS) == ["static", "saw"]
+    assert [get_weighting(name).per_step for name in WEIGHTINGS] == [False, True]
+    with pytest.raises(ValueError, match="'ema'.*static, saw"):
+        get_weighting("ema")
+    with pytest.raises(ValueError, match="already registered"):
+        register_weighting("saw", per_step=True)(lambda rewards, weights, shifts: weights)
+
+
+def test_registered_weightings_give_the_static_weights_or_saws():
+    rewards = columns(HALF_ONES, ONE_IN_FOUR)
+    static, saw = get_weighting("static"), get_weighting("saw")
+    assert static(rewards).tolist() == [1.0, 1.0]
+    assert static(rewards, [0.5, 2.0]).tolist() == [0.5, 2.0]
+    assert torch.equal(saw(rewards), saw_weights(rewards))
+    assert torch.equal(saw(rewards, torch.ones(2)), saw_weights(rewards))  # TRL's default c_k
+    assert torch.equal(saw(rewards, shifts=[1.0, 0.0]), saw_weights(rewards, [1.0, 0.0]))
+    with pytest.raises(ValueError, match="static weights must be all 1"):
+        saw(rewards, [0.5, 2.0])
+    with pytest.raises(ValueError, match="shifts apply to a per-step weighting"):
+        static(rewards, shifts=[1.0, 0.0])
+
+
+@pytest.mark.parametrize("name", ["grpo", "gdpo", "mrtpo"])
+def test_each_estimator_takes_saws_weights_as_its_c_k(name):
+    # What the trainer does: the weighting's c_k passed to the registered estimator.
+    rewards = columns(*FORMAT_AND_CORRECT)
+    advantage = get_estimator(name)(rewards, 2, get_weighting("saw")(rewards))
+    top = A / (A * math.sqrt(2 / 3) + 1e-4)
+    expected = [-A, A, 0.0, 0.0] if name == "grpo" else [-top, top, 0.0, 0.0]
+    assert advantage.tolist() == pytest.approx(expected, abs=1e-5)
