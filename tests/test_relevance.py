@@ -165,10 +165,15 @@ def test_contexts_render_the_information_after_the_prompt(tiny):
             messages, tokenize=False, add_generation_prompt=True
         )
         assert tokenizer.decode(contexts.ids(context)) == rendered
-    assert tokenizer.decode(contexts.prefix).endswith(MESSAGES[-1]["content"])
+    # The prefix is the contexts' longest common token prefix: all start with it, and they do
+    # not all go on with the same token. It holds the prompt up to its last user content.
+    whole = [contexts.ids(context) for context in range(4)]
+    assert len({tuple(ids[: len(contexts.prefix) + 1]) for ids in whole}) > 1
+    assert MESSAGES[-1]["content"] in tokenizer.decode(contexts.prefix)
     # add_one: the bare prompt first, then the prompt plus one piece of information.
     bare = build_contexts(tokenizer, MESSAGES, INFOS, mode="add_one")
-    assert bare.prefix == contexts.prefix
+    assert bare.prefix == contexts.prefix[: len(bare.prefix)]
+    assert tokenizer.decode(bare.prefix).endswith(MESSAGES[-1]["content"])
     plain = tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
     assert tokenizer.decode(bare.ids(0)) == plain
     assert INFOS[1] in tokenizer.decode(bare.ids(2)) and INFOS[0] not in tokenizer.decode(

@@ -114,11 +114,16 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def train_mrtpo(
-    tmp_path, reward_funcs=None, callbacks=None, dataset=None, **overrides
+    tmp_path,
+    reward_funcs=None,
+    callbacks=None,
+    dataset=None,
+    trainer_class=None,
+    **overrides,
 ) -> RecordingMRTPO:
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(output_dir=str(tmp_path / "run"), **{**COMMON, **overrides})
-    trainer = RecordingMRTPO(
+    trainer = (trainer_class or RecordingMRTPO)(
         model=model,
         reward_funcs=reward_funcs or toy_verifiers(),
         args=args,
@@ -409,6 +414,93 @@ def test_accumulation_and_iterations_reuse_one_generation(tmp_path):
             torch.testing.assert_close(
                 seen["advantages"][i], first[tuple(seen["completion_ids"][i].tolist())]
             )
+
+
+class StepBetaRecorder(RecordingMRTPO):
+    """Keeps each generation batch's rows (keyed by prompt and completion ids) with the rewards
+    and distances its advantages came from, and the optimizer step of every micro-batch."""
+
+    def __init__(self, *args, **kwargs):
+        self.generations: list[dict] = []
+        self.steps_seen: list[int] = []
+        super().__init__(*args, **kwargs)
+
+    def _token_advantages(self, step, group_size, width):
+        token = super()._token_advantages(step, group_size, width)
+        distance = torch.zeros(len(self._scored.prompts), len(self.reward_funcs), width)
+        distance[token.replay.rows] = token.replay.distance.cpu()
+        self.generations.append({"distance": distance, "mask": self._scored.response_mask(width)})
+        return token
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.generations[-1]["keys"] = row_keys(output)
+        self.generations[-1]["rewards"] = self._scored.rewards.clone()
+        return output
+
+    def _compute_loss(self, model, inputs):
+        self.steps_seen.append(self.state.global_step)
+        self.seen_keys = getattr(self, "seen_keys", []) + [row_keys(inputs)]
+        return super()._compute_loss(model, inputs)
+
+
+def row_keys(batch: dict) -> list[tuple]:
+    return [
+        (tuple(prompt.tolist()), tuple(completion.tolist()))
+        for prompt, completion in zip(batch["prompt_ids"], batch["completion_ids"], strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        # one generation batch (8 rows) per 2 optimizer steps of one micro-batch each
+        dict(gradient_accumulation_steps=1, steps_per_generation=2),
+        # ... of two micro-batches each, every generation used for 2 iterations
+        dict(gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2),
+    ],
+)
+def test_beta_is_the_optimizer_steps_own_when_a_generation_serves_several(tmp_path, schedule):
+    warmup, final_beta = 4, 1.0
+    trainer = train_mrtpo(
+        tmp_path,
+        trainer_class=StepBetaRecorder,
+        per_device_train_batch_size=4,
+        max_steps=4,
+        mrtpo_warmup_steps=warmup,
+        mrtpo_beta=final_beta,
+        **schedule,
+    )
+    assert trainer.state.global_step == 4 and len(trainer.generations) == 2
+    # Each micro-batch's advantages are MRTPO's at the beta of the optimizer step it is in,
+    # from the distances and rewards of the generation batch its rows come from.
+    moved = 0.0
+    for step, keys, seen in zip(trainer.steps_seen, trainer.seen_keys, trainer.seen, strict=True):
+        index, generation = next(
+            (i, g) for i, g in enumerate(trainer.generations) if keys[0] in g["keys"]
+        )
+        rows = [generation["keys"].index(key) for key in keys]
+        beta = advantages.beta_at(step, final_beta, warmup)
+        expected = advantages.mrtpo(
+            generation["rewards"], 4, generation["distance"], generation["mask"], beta
+        )[rows]
+        width = seen["advantages"].shape[1]
+        torch.testing.assert_close(seen["advantages"], expected[:, :width], rtol=1e-5, atol=1e-6)
+        generation_step = 2 * index  # two optimizer steps per generation batch
+        at_generation = advantages.mrtpo(
+            generation["rewards"],
+            4,
+            generation["distance"],
+            generation["mask"],
+            advantages.beta_at(generation_step, final_beta, warmup),
+        )[rows]
+        moved = max(moved, (expected - at_generation).abs().max().item())
+    assert moved > 1e-3  # the generation step's beta would have given other advantages
+    lines = (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
+    logged = [json.loads(line) for line in lines if '"loss"' in line]
+    assert [line["mrtpo/beta"] for line in logged] == pytest.approx(
+        [advantages.beta_at(line["step"] - 1, final_beta, warmup) for line in logged]
+    )
 
 
 def test_shuffled_weights_move_credit_but_keep_each_response_total(tmp_path):

@@ -20,6 +20,10 @@ from datasets import Dataset
 from mrtpo.verifiers import Verdict, Verifier
 
 WORDS = ["apple", "river", "stone", "cloud", "table", "green", "music", "light"]
+# MRTPOConfig settings of a quiet CPU run that saves nothing.
+CPU_RUN = dict(
+    report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0, disable_tqdm=True
+)
 
 
 class ContainsLetter(Verifier):
@@ -83,6 +87,18 @@ def toy_verifiers() -> list[Verifier]:
     return [ContainsLetter(), EvenLength(), StartsWithSpace()]
 
 
+def toy_trainer(trainer_class: type, model: Any, tokenizer: Any, args: Any, **kwargs: Any) -> Any:
+    """`trainer_class` (an `MRTPOTrainer`) on the toy verifiers and data."""
+    return trainer_class(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+        **kwargs,
+    )
+
+
 def main(out_dir: str, weighting: str) -> None:
     import torch
 
@@ -129,13 +145,7 @@ def main(out_dir: str, weighting: str) -> None:
         disable_tqdm=True,
         reward_weighting=weighting,
     )
-    trainer = Recording(
-        model=model,
-        reward_funcs=toy_verifiers(),
-        args=args,
-        train_dataset=toy_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = toy_trainer(Recording, model, tokenizer, args)
     trainer.train()
     rank = trainer.accelerator.process_index
     torch.save(

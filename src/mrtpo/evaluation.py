@@ -96,11 +96,18 @@ def score_responses(
             for verifier, verdict in zip(verifiers, line, strict=True)
         }
         examples.append(example)
-    return {
+    report: dict[str, Any] = {
         "verifiers": summary,
         "headline": task.headline(verdicts_by_example),
         "examples": examples,
     }
+    # Instruction following also reports IFEval's/IFBench's loose mode and per-id accuracy.
+    following_report = getattr(task, "following_report", None)
+    if following_report is not None:
+        following = following_report(list(completions), columns)
+        report["headline"] = {**report["headline"], **following["headline"]}
+        report["per_instruction"] = following["per_instruction"]
+    return report
 
 
 def evaluate(

@@ -29,6 +29,9 @@ class ScoredBatch:
     rewards: torch.Tensor  # (N, K) gathered over processes; NaN where a reward gave no score
     verdicts: list[list[Verdict] | None]  # [K] a verifier's [B] verdicts; None: plain function
     local: slice  # this process's rows of `rewards`
+    # (B, T) TRL's loss mask, completion_mask * tool_mask (tool outputs are not trained); set
+    # once TRL has built the batch. None before: every response token counts.
+    loss_mask: torch.Tensor | None = None
 
     def row_verdicts(self) -> list[list[Verdict]]:
         """[B][K] verdicts; a plain function's is its score with no information."""
@@ -48,6 +51,19 @@ class ScoredBatch:
         lengths = torch.tensor([len(ids) for ids in self.completion_ids])
         return (torch.arange(width) < lengths.unsqueeze(1)).float()
 
+    def trained_mask(self, width: int) -> torch.Tensor:
+        """(B, T=width) float: 1 on the tokens TRL's loss trains (`loss_mask`, else every
+        response token). The relevance weights average 1 over these tokens, so that their token
+        mean of MRTPO's advantages stays GDPO's advantage."""
+        if self.loss_mask is None:
+            return self.response_mask(width)
+        if self.loss_mask.shape != (len(self.completion_ids), width):
+            raise ValueError(
+                f"loss_mask has shape {tuple(self.loss_mask.shape)}, expected "
+                f"({len(self.completion_ids)}, {width})"
+            )
+        return self.loss_mask.float().cpu()
+
 
 @dataclass
 class ReplayResult:
@@ -55,7 +71,7 @@ class ReplayResult:
 
     rows: list[int]  # [R] the replayed rows, indices into this process's rows
     distance: torch.Tensor  # (R, K, T) JS distance of each reward's information at each token
-    mask: torch.Tensor  # (R, T) 1 on response tokens
+    mask: torch.Tensor  # (R, T) 1 on the response tokens TRL trains (ScoredBatch.trained_mask)
     seconds: float  # wall time of the replay
 
 
@@ -66,7 +82,9 @@ class TokenAdvantages:
     beta: float  # the weighting strength at this step (after warm-up)
     replay: ReplayResult  # the rows where some Ã_k is not 0 (the others' weights cannot matter)
     relevance: torch.Tensor  # (B, K, T) w_{k,t} before any shuffle; 1 on rows not replayed
-    advantages: torch.Tensor  # (B, T) A_t, as the loss gets them
+    advantages: torch.Tensor  # (B, T) A_t at `beta`, as the loss gets them
+    # (B, T) dA_t/dbeta, when the batch serves several optimizer steps (each at its own beta)
+    slope: torch.Tensor | None = None
 
 
 @dataclass

@@ -9,8 +9,10 @@ This subclass changes three things:
 2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by the
    estimator of `mrtpo.advantages` named by `advantage_estimator` (looked up once): `grpo`/`gdpo`
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
-   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`).
-   TRL's `_compute_loss` accepts (B, T) advantages as is.
+   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`,
+   with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
+   (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
+   sequence-level sign-based options get each response's advantage (see the class).
    Under `reward_weighting="saw"` the reward weights c_k of all three estimators are SAW's,
    computed every step from the gathered rewards (`mrtpo.advantages.saw_weights`).
 3. Logging. Beta, replay time and share of the step, each reward's replay distance (mean and
@@ -34,12 +36,12 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from trl.models.utils import unwrap_model_for_generation
 
 from mrtpo import advantages
 from mrtpo.credit import CreditMap, write_training_maps
 from mrtpo.credit.replay import last_user_message
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
+from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
 from mrtpo.verifiers import Verdict, Verifier, completion_text
 
@@ -49,6 +51,11 @@ REPLAY_MODES = ("leave_one_out", "add_one")
 EPS = 1e-4  # TRL's epsilon in both standard deviations
 TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
 CREDIT_ROWS_PER_END = 1  # credit maps: this many lowest- and this many highest-reward rows
+# Keys of a generation batch that serves several optimizer steps (see `_prepare_inputs`): its
+# advantages' slope in beta (B, T), and the beta they were computed at (a 0-dim tensor, which
+# TRL's shuffle and split leave whole).
+BETA_SLOPE = "mrtpo_advantages_beta_slope"
+GENERATION_BETA = "mrtpo_generation_beta"
 
 
 # ---------------------------------------------------------------------- config
@@ -240,6 +247,15 @@ class MRTPOTrainer(GRPOTrainer):
             for func in self.reward_funcs
         ]
         self._estimator = advantages.get_estimator(config.advantage_estimator)
+        if self._estimator.token_level and self.environment_factories is not None:
+            # TRL renders each row with its environment's own tools; the replay takes one list.
+            raise ValueError(
+                "environment_factories is not supported with advantage_estimator="
+                f"{config.advantage_estimator!r}: the replay renders every row with one tool list; "
+                "use advantage_estimator='gdpo' with environments"
+            )
+        if self._estimator.token_level or config.credit_map_steps:
+            check_replay_backend(self.accelerator, config.ds3_gather_for_generation)
         self._weighting = advantages.get_weighting(config.reward_weighting)
         shifts = config.saw_reward_shifts
         if shifts is not None and len(shifts) != len(self.reward_funcs):
@@ -290,6 +306,7 @@ class MRTPOTrainer(GRPOTrainer):
             return output
 
         width = output["completion_ids"].shape[1]
+        scored.loss_mask = _loss_mask(output)
         step = StepAdvantages(reward_weights, response, per_reward=None, token=None)
         if self._estimator.normalizes_each_reward:
             normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
@@ -297,6 +314,9 @@ class MRTPOTrainer(GRPOTrainer):
         if self._estimator.token_level:
             step.token = self._token_advantages(step, group_size, width)
             output["advantages"] = step.token.advantages.to(output["completion_ids"].device)
+            if step.token.slope is not None:  # see `_prepare_inputs`
+                output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
+                output[GENERATION_BETA] = torch.tensor(step.token.beta)
             self._log_replay(step.token)
         if self._credit_maps_due():
             self._write_credit_maps(step, width)
@@ -305,42 +325,38 @@ class MRTPOTrainer(GRPOTrainer):
     def _replay(self, completion_width: int, rows: list[int]) -> ReplayResult:
         """Replay `rows` (indices into this process's rows) with the current policy.
 
-        Distance and mask come back on the accelerator's device, T = `completion_width`. The
-        model is unwrapped as TRL unwraps it for generation: ZeRO-3 parameters gathered, FSDP
-        parameters summoned, gradient checkpointing off, PEFT adapters active; so the replay is
-        a local computation whatever each process replays.
+        Distance and mask come back on the accelerator's device, T = `completion_width`. Every
+        process calls this the same number of times in a step, with or without rows: the model's
+        whole parameters are gathered once around the replay (`mrtpo.sharding.full_parameters`:
+        ZeRO-3 and FSDP2 gathered, gradient checkpointing off, PEFT adapters active), so that
+        the replay's own forward passes, which depend on each process's rows, run no collective.
         """
         # Imported here: the replay engine is only needed when something is replayed.
         from mrtpo.relevance import replay_distances
 
         device = self.accelerator.device
-        if not rows:
-            num_rewards = len(self.reward_funcs)
-            return ReplayResult(
-                rows=[],
-                distance=torch.zeros(0, num_rewards, completion_width, device=device),
-                mask=torch.zeros(0, completion_width, device=device),
-                seconds=0.0,
-            )
         scored = self._scored
         verdicts = scored.row_verdicts()
-        options = {}
-        if self.args.replay_chunk_size is not None:
-            options["chunk_size"] = self.args.replay_chunk_size
-        if self.args.replay_batch_size is not None:
-            options["batch_size"] = self.args.replay_batch_size
+        options = self._replay_options()
 
         started = time.perf_counter()
         with (
-            unwrap_model_for_generation(
+            torch.no_grad(),
+            full_parameters(
                 self.model_wrapped,
                 self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                 gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
             ) as model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            self.accelerator.autocast(),  # TRL's loss forward runs under it: same distributions
         ):
+            if not rows:  # the gather above is entered all the same
+                num_rewards = len(self.reward_funcs)
+                return ReplayResult(
+                    rows=[],
+                    distance=torch.zeros(0, num_rewards, completion_width, device=device),
+                    mask=torch.zeros(0, completion_width, device=device),
+                    seconds=0.0,
+                )
             was_training = model.training
             model.eval()
             try:
@@ -351,19 +367,37 @@ class MRTPOTrainer(GRPOTrainer):
                     [scored.completion_ids[i] for i in rows],
                     [[verdict.info for verdict in verdicts[i]] for i in rows],
                     mode=self.args.replay_mode,
-                    chat_template_kwargs=self.chat_template_kwargs,  # render as generation did
+                    # Render exactly as TRL rendered the prompts for generation.
+                    chat_template_kwargs=self.chat_template_kwargs,
+                    tools=self.tools,
+                    chat_template=self.chat_template,
                     **options,
                 )
             finally:
                 model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
+        # Only the tokens TRL trains (no tool outputs) count in the weights and the metrics.
+        trained = scored.trained_mask(completion_width)[rows].to(device)
         return ReplayResult(
             rows=list(rows),
             distance=_fit_width(distance.float(), completion_width).to(device),
-            mask=_fit_width(mask.float(), completion_width).to(device),
+            mask=_fit_width(mask.float(), completion_width).to(device) * trained,
             seconds=time.perf_counter() - started,
         )
+
+    def _replay_options(self) -> dict[str, Any]:
+        """Keyword options of `replay_distances`: the policy's distribution as TRL's loss
+        computes it (temperature, LM head precision) and the configured sizes."""
+        options: dict[str, Any] = {
+            "temperature": self.temperature,
+            "lm_head_fp32": self.args.cast_lm_head_to_fp32,
+        }
+        if self.args.replay_chunk_size is not None:
+            options["chunk_size"] = self.args.replay_chunk_size
+        if self.args.replay_batch_size is not None:
+            options["batch_size"] = self.args.replay_batch_size
+        return options
 
     def _rows_to_replay(self, normalized: torch.Tensor) -> list[int]:
         """The local rows whose distances can change their advantages.
@@ -374,15 +408,28 @@ class MRTPOTrainer(GRPOTrainer):
         """
         return (normalized != 0).any(dim=1).nonzero().flatten().tolist()
 
+    def _beta_stays_zero(self) -> bool:
+        """Whether beta is 0 at every optimizer step the current generation batch serves.
+
+        A generation batch serves `steps_per_generation * num_iterations` micro-batches, i.e.
+        from the current optimizer step on, as many steps as those micro-batches fill; beta's
+        warm-up never decreases, so the last of those steps decides. The same answer on every
+        process (it depends on the step and the config only).
+        """
+        micro_batches = self.args.steps_per_generation * self.num_iterations
+        steps = -(-micro_batches // self.args.gradient_accumulation_steps)  # ceil
+        last = self.state.global_step + steps - 1
+        return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
+
     def _token_advantages(
         self, step: StepAdvantages, group_size: int, width: int
     ) -> TokenAdvantages:
         """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
         scored = self._scored
-        replay = self._replay(width, self._rows_to_replay(step.per_reward))
-        beta = advantages.beta_at(
-            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
-        )
+        # Beta 0 at every step this batch serves: uniform weights whatever the distances (GDPO).
+        rows = [] if self._beta_stays_zero() else self._rows_to_replay(step.per_reward)
+        replay = self._replay(width, rows)
+        beta = self._beta()
         # The estimator takes the whole batch's rewards (group and batch statistics) and
         # distances for every row. Rows that are not replayed (other processes' rows, rows
         # skipped above) get zero distance, i.e. uniform weights; a row's advantage depends only
@@ -393,7 +440,31 @@ class MRTPOTrainer(GRPOTrainer):
         distance = torch.zeros(num_rows, num_rewards, width, device=device)
         mask = torch.ones(num_rows, width, device=device)
         distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
-        mask[scored.local] = scored.response_mask(width).to(device)
+        mask[scored.local] = scored.trained_mask(width).to(device)
+        relevance, per_token = self._advantages_at(beta, step, group_size, distance, mask)
+        slope = None
+        if self._generation_spans_optimizer_steps():
+            # A_t is affine in beta (w = 1 + beta (q/qbar - 1), the same shuffle for every beta):
+            # its slope lets each optimizer step this batch serves use its own beta.
+            at_zero = self._advantages_at(0.0, step, group_size, distance, mask)[1]
+            at_one = self._advantages_at(1.0, step, group_size, distance, mask)[1]
+            slope = (at_one - at_zero)[scored.local]
+        return TokenAdvantages(
+            beta, replay, relevance[scored.local], per_token[scored.local], slope
+        )
+
+    def _advantages_at(
+        self,
+        beta: float,
+        step: StepAdvantages,
+        group_size: int,
+        distance: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w (N, K, T) before any shuffle, A_t (N, T)) of the whole batch at `beta`.
+
+        distance: (N, K, T) every row's (0 where not replayed); mask: (N, T) response tokens.
+        """
         relevance = advantages.token_weights(distance, mask, beta)
         spread = relevance
         if self.args.shuffle_token_weights:
@@ -404,14 +475,99 @@ class MRTPOTrainer(GRPOTrainer):
             )
             spread = advantages.shuffle_weights(relevance, mask, generator)
         per_token = self._estimator(
-            scored.rewards,
+            self._scored.rewards,
             group_size,
             step.reward_weights,
             scale=self.scale_rewards,
             eps=EPS,
             relevance=advantages.TokenRelevance(spread, mask),
         )
-        return TokenAdvantages(beta, replay, relevance[scored.local], per_token[scored.local])
+        return relevance, per_token
+
+    # ------------------------------------------------------------------ beta per optimizer step
+
+    def _beta(self) -> float:
+        """Beta at the current optimizer step (warm-up included)."""
+        return advantages.beta_at(
+            self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
+        )
+
+    def _generation_spans_optimizer_steps(self) -> bool:
+        """Whether one generation batch serves more than one optimizer step."""
+        micro_steps = self.args.steps_per_generation * self.num_iterations
+        return micro_steps > self.args.gradient_accumulation_steps
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """TRL's micro-batch, with MRTPO's advantages at its own optimizer step's beta.
+
+        Beta is per optimizer step. A generation batch that serves several (`num_iterations`
+        > 1, or `steps_per_generation` above `gradient_accumulation_steps`) carries its
+        advantages' slope in beta, and each micro-batch moves them from the generation step's
+        beta to its own step's: exact, since A_t is affine in beta.
+        """
+        inputs = super()._prepare_inputs(generation_batch)
+        if BETA_SLOPE not in inputs:
+            return inputs
+        # A copy: TRL reuses the buffered micro-batch in later iterations.
+        inputs = dict(inputs)
+        slope, generation_beta = inputs.pop(BETA_SLOPE), inputs.pop(GENERATION_BETA).item()
+        beta = self._beta()
+        self._metrics["train"]["mrtpo/beta"].append(beta)
+        if beta != generation_beta:
+            inputs["advantages"] = inputs["advantages"] + (beta - generation_beta) * slope
+        return inputs
+
+    # ------------------------------------------------------------------ sign-based loss options
+
+    # TRL's off-policy sequence mask (`off_policy_mask_threshold`) and VESPO's gamma weights
+    # (`loss_type="vespo"`) are sequence-level: they keep or weight a whole response by the sign
+    # of its advantage and return (B, 1). With MRTPO's (B, T) advantages they get the response's
+    # own advantage, the token mean over the trained tokens, which is GDPO's (the weights average
+    # 1 there), so a response is kept or weighted as under GDPO. SAPO's soft gate
+    # (`loss_type="sapo"`) is token-level and picks its temperature by the sign of the advantage
+    # it multiplies: with MRTPO that is each token's own A_t, the direction of that token's
+    # update, so it is left as TRL computes it (as PPO's clipping is).
+
+    @staticmethod
+    def get_off_policy_mask(
+        advantages: torch.Tensor,
+        per_token_logps: torch.Tensor,
+        sampling_per_token_logps: torch.Tensor,
+        mask: torch.Tensor,
+        off_policy_threshold: float,
+    ) -> torch.Tensor:
+        """TRL's off-policy sequence mask, (B, 1), by each response's advantage.
+
+        advantages: (B, 1) or (B, T); the others (B, T) as TRL passes them.
+        """
+        return GRPOTrainer.get_off_policy_mask(
+            advantages=_response_advantages(advantages, mask),
+            per_token_logps=per_token_logps,
+            sampling_per_token_logps=sampling_per_token_logps,
+            mask=mask,
+            off_policy_threshold=off_policy_threshold,
+        )
+
+    @staticmethod
+    def get_gamma_weights(
+        advantages: torch.Tensor,
+        log_ratio_per_token: torch.Tensor,
+        mask: torch.Tensor,
+        importance_sampling_ratio: torch.Tensor | None,
+        **gamma: float,
+    ) -> torch.Tensor:
+        """VESPO's sequence weights, (B, 1), by each response's advantage.
+
+        advantages: (B, 1) or (B, T); log_ratio_per_token, mask, importance_sampling_ratio:
+        (B, T) as TRL passes them; gamma: TRL's k/lambda keywords.
+        """
+        return GRPOTrainer.get_gamma_weights(
+            advantages=_response_advantages(advantages, mask),
+            log_ratio_per_token=log_ratio_per_token,
+            mask=mask,
+            importance_sampling_ratio=importance_sampling_ratio,
+            **gamma,
+        )
 
     def _step_reward_weights(self, rewards: torch.Tensor) -> torch.Tensor:
         """This step's c_k, Tensor[K] on rewards' device, from the (N, K) rewards gathered over
@@ -430,7 +586,8 @@ class MRTPOTrainer(GRPOTrainer):
     def _log_replay(self, token: TokenAdvantages) -> None:
         metrics = self._metrics["train"]
         replay = token.replay
-        metrics["mrtpo/beta"].append(token.beta)
+        if token.slope is None:  # else logged per micro-batch, see `_prepare_inputs`
+            metrics["mrtpo/beta"].append(token.beta)
         device = self.accelerator.device
         seconds = torch.tensor([replay.seconds], device=device)
         metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
@@ -472,7 +629,8 @@ class MRTPOTrainer(GRPOTrainer):
 
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
         their uniform assignment), as does MRTPO for a chosen row it skipped; every process
-        replays its own pick (a local computation, see `_replay`); the main process writes.
+        replays its own pick, possibly none (every process enters `_replay`, which gathers
+        sharded parameters); the main process writes.
         """
         self._last_credit_step = self.state.global_step
         scored = self._scored
@@ -480,9 +638,9 @@ class MRTPOTrainer(GRPOTrainer):
         order = torch.argsort(total, stable=True).tolist()
         chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
         replayed = step.token.replay.rows if step.token is not None else []
-        missing = [i for i in chosen if i not in replayed]
-        # GDPO/GRPO, or MRTPO rows skipped because no reward varied
-        extra = self._replay(width, rows=missing) if missing else None
+        # GDPO/GRPO, or MRTPO rows skipped because no reward varied. Every process replays, even
+        # with nothing missing: the replay gathers sharded parameters (see `_replay`).
+        extra = self._replay(width, rows=[i for i in chosen if i not in replayed])
         if not self.accelerator.is_main_process:
             return
         verdicts = scored.row_verdicts()
@@ -500,7 +658,7 @@ class MRTPOTrainer(GRPOTrainer):
         self,
         step: StepAdvantages,
         row: int,
-        extra: ReplayResult | None,
+        extra: ReplayResult,
         verdicts: list[Verdict],
         title: str,
     ) -> CreditMap:
@@ -545,6 +703,26 @@ class MRTPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _loss_mask(output: dict[str, Any]) -> torch.Tensor:
+    """TRL's loss mask of a generation batch, (B, T): `completion_mask * tool_mask`, the tool
+    mask being 0 on tool-output tokens (TRL's tool calling and environments)."""
+    mask = output["completion_mask"]
+    tool_mask = output.get("tool_mask")
+    return mask if tool_mask is None else mask * tool_mask
+
+
+def _response_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each response's advantage, (B, 1), from (B, 1) or per-token (B, T) advantages.
+
+    Per-token: the mean over the trained tokens (mask: (B, T)), GDPO's advantage for MRTPO's up
+    to rounding; a response with no trained token gets 0.
+    """
+    if advantages.shape[-1] == 1:
+        return advantages
+    mask = mask.to(advantages.dtype)
+    return (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
 
 
 def _fit_width(x: torch.Tensor, width: int) -> torch.Tensor:

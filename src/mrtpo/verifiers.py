@@ -22,7 +22,8 @@ Span = tuple[int, int]
 class Verdict:
     """One verifier's judgement of one completion.
 
-    score: the reward; None when the verifier does not apply to this row.
+    score: the reward; None when the verifier does not apply to this row. NaN is read as None
+        (TRL and the estimators treat NaN as "no score"); +-inf is refused.
     info: the verifier information replayed by MRTPO (what the check compares against).
     spans: (start, end) character ranges of the completion that the check read.
     """
@@ -32,8 +33,10 @@ class Verdict:
     spans: tuple[Span, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.score is not None and math.isnan(self.score):
+            object.__setattr__(self, "score", None)  # frozen: set once, here
         if self.score is not None and not math.isfinite(self.score):
-            raise ValueError(f"Verdict.score must be finite or None, got {self.score!r}")
+            raise ValueError(f"Verdict.score must be finite, NaN or None, got {self.score!r}")
         for span in self.spans:
             if len(span) != 2 or span[0] > span[1] or span[0] < 0:
                 raise ValueError(

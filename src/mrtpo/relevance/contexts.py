@@ -6,14 +6,18 @@ verifiers' information (``full``) with the prompt plus all but reward k's (``min
 ``add_one`` compares the bare prompt with the prompt plus reward k's information only.
 
 The information goes after the original prompt (appended to the last user turn of chat
-messages, then rendered by the chat template), so every context of a prompt shares the prompt
-as a prefix, tokenized once. Also here: the checks of the replay's inputs (prompts, completion
-ids, informations), which the replay and its naive reference share.
+messages). Each context is then rendered and tokenized whole, exactly as TRL's GRPOTrainer
+renders and tokenizes a prompt, so its ids are those a user of the template gets for that
+text: tokenizing the prompt and the information apart would split tokens that byte-level BPEs
+merge across the boundary (".\\n\\n" is one token for Qwen2's tokenizers). The contexts' shared
+prefix is their longest common token prefix, computed from the ids. Also here: the checks of
+the replay's inputs (prompts, completion ids, informations), which the replay and its naive
+reference share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +25,6 @@ from torch import Tensor
 
 MODES = ("leave_one_out", "add_one")
 INFO_SEPARATOR = "\n\n"  # between the original user content and each piece of information
-_MARKER = "\u2063MRTPO-INFO\u2063"  # an invisible separator that no template or prompt contains
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,24 @@ class Contexts:
 
     Context c is ``prefix + suffixes[c]`` (c = 0: the reference, ``full`` or the bare prompt;
     c = k >= 1: ``minus_k`` or ``plus_k``); the completion ids follow unchanged. ``prefix`` is
-    the prompt rendered up to the end of its original (last user) content, tokenized once and
-    shared by every context of the prompt.
+    a common token prefix of all K + 1 contexts (run once and shared by the replay).
     """
 
     prefix: tuple[int, ...]
     suffixes: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def split(cls, contexts: Sequence[Sequence[int]]) -> Contexts:
+        """The contexts with these whole ids, split after their longest common prefix."""
+        size = common_prefix_length(contexts)
+        return cls(tuple(contexts[0][:size]), tuple(tuple(ids[size:]) for ids in contexts))
+
+    def cut(self, size: int) -> Contexts:
+        """The same contexts with only the first ``size`` ids of the prefix as their prefix."""
+        if not 0 <= size <= len(self.prefix):
+            raise ValueError(f"size must be in [0, {len(self.prefix)}], got {size}")
+        kept = self.prefix[size:]
+        return Contexts(self.prefix[:size], tuple(kept + suffix for suffix in self.suffixes))
 
     def ids(self, context: int) -> list[int]:
         return [*self.prefix, *self.suffixes[context]]
@@ -43,6 +58,18 @@ class Contexts:
     def sequence(self, context: int, completion: Sequence[int]) -> list[int]:
         """The ids teacher-forced for context ``context``: context ids then the completion."""
         return [*self.prefix, *self.suffixes[context], *completion]
+
+
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """The length of the longest prefix that all ``sequences`` (at least one) share."""
+    first = sequences[0]
+    size = min(len(ids) for ids in sequences)
+    for ids in sequences[1:]:
+        shared = 0
+        while shared < size and ids[shared] == first[shared]:
+            shared += 1
+        size = shared
+    return size
 
 
 def context_infos(infos: Sequence[str], mode: str = "leave_one_out") -> list[list[str]]:
@@ -62,38 +89,62 @@ def _appended_text(pieces: Sequence[str]) -> str:
     return "".join(INFO_SEPARATOR + piece for piece in pieces)
 
 
-def _render_chat(
-    tokenizer: Any, messages: Sequence[Mapping[str, Any]], appended: str, template_kwargs: Mapping
-) -> str:
-    """Messages rendered with ``appended`` added to the last user turn's content."""
+def _last_user(messages: Sequence[Mapping[str, Any]]) -> int:
+    return max(i for i, message in enumerate(messages) if message.get("role") == "user")
+
+
+def _with_information(messages: Sequence[Mapping[str, Any]], appended: str) -> list[dict[str, Any]]:
+    """The messages with ``appended`` added to the end of the last user turn's text (a string,
+    or the last text part of a list of content parts)."""
     messages = [dict(message) for message in messages]
-    last_user = max(i for i, message in enumerate(messages) if message.get("role") == "user")
-    messages[last_user]["content"] = messages[last_user]["content"] + appended
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+    last_user = _last_user(messages)
+    content = messages[last_user]["content"]
+    if isinstance(content, str):
+        messages[last_user]["content"] = content + appended
+    else:
+        parts = [dict(part) for part in content]
+        parts[-1]["text"] = parts[-1]["text"] + appended
+        messages[last_user]["content"] = parts
+    return messages
+
+
+def _text_parts_only(content: Any) -> bool:
+    return all(
+        isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+        for part in content
     )
 
 
-def _check_messages(prompt: Sequence[Any], row: int, tokenizer: Any) -> None:
-    if getattr(tokenizer, "chat_template", None) is None:
+def _check_messages(prompt: Sequence[Any], row: int, tokenizer: Any, chat_template: Any) -> None:
+    if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
-            f"prompts[{row}] is a list of chat messages but the tokenizer has no chat template"
+            f"prompts[{row}] is a list of chat messages but the tokenizer has no chat template "
+            "(and no chat_template was given)"
         )
     if not all(isinstance(message, Mapping) for message in prompt):
         raise ValueError(f"prompts[{row}] must be a string or a list of chat-message dicts")
+    for message in prompt:
+        content = message.get("content")
+        # The replay runs token ids only: an image, audio or video part would have no pixel
+        # values or features behind its placeholder tokens, so the replay would be wrong.
+        if isinstance(content, list) and not _text_parts_only(content):
+            raise ValueError(
+                f"prompts[{row}] has a {message.get('role')!r} message with a non-text content "
+                "part; the replay feeds token ids only, so multimodal prompts cannot be replayed: "
+                "use text prompts (a string or text parts {'type': 'text', 'text': ...}) or "
+                "advantage_estimator='gdpo'"
+            )
     users = [m for m in prompt if m.get("role") == "user"]
     if not users:
         raise ValueError(f"prompts[{row}] has no user message to append verifier information to")
-    if not isinstance(users[-1].get("content"), str):
-        raise ValueError(f"prompts[{row}]: the last user message's content must be a string")
-
-
-def _common_prefix(texts: Sequence[str]) -> str:
-    first, last = min(texts), max(texts)
-    size = 0
-    while size < len(first) and first[size] == last[size]:
-        size += 1
-    return first[:size]
+    content = users[-1].get("content")
+    if not (isinstance(content, str) or (isinstance(content, list) and content)):
+        raise ValueError(
+            f"prompts[{row}]: the last user message's content must be a string or a non-empty "
+            "list of text parts"
+        )
 
 
 def build_contexts(
@@ -103,45 +154,102 @@ def build_contexts(
     mode: str = "leave_one_out",
     chat_template_kwargs: Mapping[str, Any] | None = None,
     row: int = 0,
+    *,
+    tools: Sequence[Any] | None = None,
+    chat_template: str | None = None,
 ) -> Contexts:
     """Token ids of the K + 1 replay contexts of one row (without the completion).
 
+    Each context is tokenized whole, as TRL's GRPOTrainer tokenizes a prompt: a string with
+    the tokenizer's special tokens (``tokenizer(text=...)``); chat messages through
+    ``apply_chat_template`` with ``add_generation_prompt=True``, ``tokenize=True``, the same
+    ``tools``, ``chat_template`` and ``chat_template_kwargs``.
+
     Args:
-        tokenizer: a Hugging Face tokenizer (with a chat template when ``prompt`` is messages).
+        tokenizer: a Hugging Face tokenizer (with a chat template when ``prompt`` is messages
+            and no ``chat_template`` is given).
         prompt: the original prompt: a string, or chat messages (the information is appended to
-            the last user turn's content, then rendered with ``add_generation_prompt=True``).
+            the last user turn's text: its string content, or its last text part when the
+            content is a list of ``{"type": "text", "text": ...}`` parts; other parts are
+            refused).
         infos: K strings, the verifier information of each reward ("" appends nothing).
         mode: ``"leave_one_out"`` or ``"add_one"``.
-        chat_template_kwargs: extra keyword arguments for ``apply_chat_template`` (e.g. tools).
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template`` (TRL's
+            ``GRPOConfig.chat_template_kwargs``).
         row: the row's index, for error messages.
+        tools: the tools rendered into the prompt (TRL's ``trainer.tools``; an empty list
+            renders as None, as TRL does).
+        chat_template: a template used instead of the tokenizer's (TRL's
+            ``trainer.chat_template``, set when it trains with tools).
 
     Returns:
-        ``Contexts`` whose prefix is tokenized once and shared by all K + 1 contexts.
+        ``Contexts`` whose prefix is the longest common token prefix of the K + 1 contexts.
     """
-    template_kwargs = dict(chat_template_kwargs or {})
-    appended = [_appended_text(pieces) for pieces in context_infos(infos, mode)]
+    texts = [_appended_text(pieces) for pieces in context_infos(infos, mode)]
+    distinct = list(dict.fromkeys(texts))  # e.g. empty infos make contexts equal: render once
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError(f"prompts[{row}] is empty: there is no context to replay after")
-        # As TRL tokenizes a plain prompt: special tokens (e.g. BOS) on the prompt itself.
-        prefix = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        suffixes = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in appended]
-        return Contexts(tuple(prefix), tuple(tuple(s) for s in suffixes))
+        ids = [tokenizer(text=prompt + text)["input_ids"] for text in distinct]
+    else:
+        _check_messages(prompt, row, tokenizer, chat_template)
+        ids = tokenizer.apply_chat_template(
+            conversation=[_with_information(prompt, text) for text in distinct],
+            tools=tools or None,
+            chat_template=chat_template,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            **dict(chat_template_kwargs or {}),
+        )["input_ids"]
+    ids_of = dict(zip(distinct, ids, strict=True))
+    return Contexts.split([ids_of[text] for text in texts])
 
-    _check_messages(prompt, row, tokenizer)
-    marked = _render_chat(tokenizer, prompt, _MARKER, template_kwargs)
-    texts = [_render_chat(tokenizer, prompt, text, template_kwargs) for text in appended]
-    shared = marked[: marked.index(_MARKER)] if _MARKER in marked else ""
-    if not all(text.startswith(shared) for text in texts):  # a template that rewrites content
-        shared = _common_prefix(texts)
-    if not shared:
-        raise ValueError(f"prompts[{row}] renders to an empty shared prefix")
-    # Rendered chat text carries its own special tokens (TRL tokenizes it the same way).
-    prefix = tokenizer(shared, add_special_tokens=False)["input_ids"]
-    suffixes = [
-        tokenizer(text[len(shared) :], add_special_tokens=False)["input_ids"] for text in texts
+
+def contexts_of_rows(
+    tokenizer: Any,
+    prompts: Sequence[str | Sequence[Mapping[str, Any]]],
+    infos: Sequence[Sequence[str]],
+    mode: str = "leave_one_out",
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    tools: Sequence[Any] | None = None,
+    chat_template: str | None = None,
+) -> list[Contexts]:
+    """``build_contexts`` of every row (prompts[i] with infos[i]), errors naming the row."""
+    return [
+        build_contexts(
+            tokenizer,
+            prompt,
+            row_infos,
+            mode,
+            chat_template_kwargs,
+            row,
+            tools=tools,
+            chat_template=chat_template,
+        )
+        for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
     ]
-    return Contexts(tuple(prefix), tuple(tuple(s) for s in suffixes))
+
+
+def _prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> Hashable:
+    return prompt if isinstance(prompt, str) else repr(prompt)
+
+
+def share_prefixes(
+    contexts: Sequence[Contexts], prompts: Sequence[str | Sequence[Mapping[str, Any]]]
+) -> list[Contexts]:
+    """The rows' contexts re-split so that rows with the same prompt have one prefix: the
+    longest common token prefix of all their contexts (a row's own may reach a token or two
+    further into its information, which would cost its group a prefix pass of its own)."""
+    rows_of: dict[Hashable, list[int]] = {}
+    for row, prompt in enumerate(prompts):
+        rows_of.setdefault(_prompt_key(prompt), []).append(row)
+    shared = list(contexts)
+    for rows in rows_of.values():
+        size = common_prefix_length([contexts[row].prefix for row in rows])
+        for row in rows:
+            shared[row] = contexts[row].cut(size)
+    return shared
 
 
 # ----------------------------------------------------------------------------- input checks

@@ -2,8 +2,8 @@
 
 ``js_distance`` takes two tensors of logits. ``chunked_distances`` is how the replay uses it:
 the vocabulary projection, log-softmax and JS distance run over chunks of response positions,
-in cache-sized blocks, so ``(rows, K + 1, T, V)`` never exists at once (the Cost section of
-``docs/METHOD.md``).
+in blocks sized for the device, so ``(rows, K + 1, T, V)`` never exists at once (the Cost
+section of ``docs/METHOD.md``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-JS_BLOCK_ELEMENTS = 2**19  # entries per JS temporary (2 MiB in float32): stays in CPU caches
+# Entries per JS temporary (K, block, V). CPU: 2 MiB in float32, so the temporaries stay in the
+# caches (several times faster). Accelerators: 256 MiB, so a chunk of a 152k-token vocabulary is a
+# few large kernels rather than one small kernel sequence per position.
+JS_BLOCK_ELEMENTS = 2**19
+JS_BLOCK_ELEMENTS_ACCELERATOR = 2**26
 _LN2 = math.log(2.0)
 
 
@@ -64,6 +68,11 @@ def js_distance(logits_p: Tensor, logits_q: Tensor, dim: int = -1) -> Tensor:
     log_p = torch.log_softmax(logits_p.to(dtype), dim=dim)
     log_q = torch.log_softmax(logits_q.to(dtype), dim=dim)
     return _js_from_log_probs(log_p, log_q, dim=dim)
+
+
+def js_block_elements(device: torch.device) -> int:
+    """Entries per JS temporary on ``device`` (see ``JS_BLOCK_ELEMENTS``)."""
+    return JS_BLOCK_ELEMENTS if device.type == "cpu" else JS_BLOCK_ELEMENTS_ACCELERATOR
 
 
 def _chunks(sizes: dict[int, int], chunk_size: int) -> list[list[tuple[int, int, int]]]:
@@ -119,8 +128,8 @@ def chunked_distances(
             [hidden[row][slot_of[row], start:stop] for row, start, stop in chunk], dim=1
         )  # (K + 1, P, H): slot_of maps each context to its distinct hidden states
         log_probs = torch.log_softmax(project(states), dim=-1)
-        # The JS temporaries (K, block, V) are kept cache-sized: several times faster on CPU.
-        block = max(1, JS_BLOCK_ELEMENTS // (log_probs[1:, :1].numel()))
+        # The JS temporaries (K, block, V) are sized for the device (js_block_elements).
+        block = max(1, js_block_elements(log_probs.device) // (log_probs[1:, :1].numel()))
         values = torch.cat(
             [
                 _js_from_log_probs(log_probs[:1, at : at + block], log_probs[1:, at : at + block])

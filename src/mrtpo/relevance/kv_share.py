@@ -3,9 +3,12 @@
 A prompt's keys/values are computed once and read by every context of the prompt; a stem (a
 run of information tokens that several contexts share) is computed once and read by the
 contexts that share it. ``batch_cache`` builds one batch's cache for that: ``SharedLayer``s
-(a ``DynamicLayer`` subclass) over plain full-attention layers, or, for other layer types
-(e.g. sliding window), an ordinary copy of the prompt's cache and no stems. ``transformers``
-is imported only when a cache is built, so importing ``mrtpo.relevance`` does not load it.
+(a ``DynamicLayer`` subclass) over plain full-attention layers, or, for sliding-window
+attention layers, an ordinary copy of the prompt's cache and no stems. A cache with any other
+kind of layer (a recurrent or linear-attention state, an indexer cache) cannot be copied into
+a batch: ``reusable`` says so, and the replay then runs every context whole, without a shared
+cache. ``transformers`` is imported only when a cache is built, so importing
+``mrtpo.relevance`` does not load it.
 """
 
 from __future__ import annotations
@@ -75,6 +78,19 @@ def _shared_layer_class() -> type:
             return self._with_past(key_states, 0), self._with_past(value_states, 1)
 
     return SharedLayer
+
+
+def reusable(prefix_cache: Any) -> bool:
+    """Whether a prompt's cache can be read by a batch of contexts: every layer holds only
+    attention keys/values (full or sliding window). Hybrid and recurrent models' states (e.g.
+    ``LinearAttentionLayer``, a Mamba state) and subclasses that carry more than keys/values are
+    not copied: their contexts run whole."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(prefix_cache, "layers", None)
+    if not layers:
+        return False
+    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
 
 
 def plain_layers(prefix_cache: Any) -> list[tuple[Tensor, Tensor]] | None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrtpo.relevance.contexts import build_contexts, check_inputs, check_positive
+from mrtpo.relevance.contexts import check_inputs, check_positive, contexts_of_rows
 from mrtpo.relevance.distance import js_distance
 
 
@@ -28,6 +28,8 @@ def naive_replay_distances(
     mode: str = "leave_one_out",
     batch_size: int = 1,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    tools: Sequence[Any] | None = None,
+    chat_template: str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The straightforward replay, as a reference: same contract as ``replay_distances``.
 
@@ -44,9 +46,11 @@ def naive_replay_distances(
     vocab = model.get_output_embeddings().weight.shape[0]
     logits = torch.zeros(len(prompts), num_rewards + 1, length, vocab, device=device)
     mask = torch.zeros(len(prompts), length, device=device)
+    contexts = contexts_of_rows(
+        tokenizer, prompts, infos, mode, chat_template_kwargs, tools, chat_template
+    )
     jobs = []  # (row, context, ids: the context then the completion but its last token)
-    for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True)):
-        ctx = build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
+    for row, ctx in enumerate(contexts):
         mask[row, : len(completions[row])] = 1
         for context in range(num_rewards + 1):
             jobs.append((row, context, ctx.sequence(context, completions[row])[:-1]))

@@ -4,9 +4,10 @@
 (``contexts``) and takes the JS distance (``distance``) of the reference context's next-token
 distribution against each other one's. How it is kept cheap (the Cost section of
 ``docs/METHOD.md``):
-- Every context of a prompt shares the prompt as a prefix. That prefix is run once per
-  distinct prompt (the G rows of a group share it); its KV cache is reused by all
-  ``G * (K + 1)`` contexts, which only run (information + completion). Identical contexts of a
+- Every context of a prompt shares the prompt as a prefix (their longest common token prefix,
+  up to the last tokens of the prompt). That prefix is run once per distinct prompt (the G
+  rows of a group share it); its KV cache is reused by all ``G * (K + 1)`` contexts, which
+  only run (the rest of their ids + completion). Identical contexts of a
   row run once (e.g. an empty information string), and their distance is exactly 0.
 - The contexts of a prompt repeat the same information: a piece sits in K of a row's K + 1
   contexts, and a format rule, a schema or a reference is the same in all G rows. Every run of
@@ -28,9 +29,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mrtpo.relevance.contexts import Contexts, build_contexts, check_inputs, check_positive
+from mrtpo.relevance.contexts import (
+    Contexts,
+    check_inputs,
+    check_positive,
+    contexts_of_rows,
+    share_prefixes,
+)
 from mrtpo.relevance.distance import chunked_distances
-from mrtpo.relevance.kv_share import batch_cache, cache_keyword, plain_layers, run_body
+from mrtpo.relevance.head import PolicyHead
+from mrtpo.relevance.kv_share import (
+    batch_cache,
+    cache_keyword,
+    plain_layers,
+    reusable,
+    run_body,
+)
 
 DEFAULT_CHUNK_SIZE = 64  # response positions (all rows pooled) per lm_head + JS chunk
 DEFAULT_BATCH_SIZE = 16  # contexts per forward pass
@@ -39,15 +53,6 @@ SHARE_MIN_TOKENS = 8  # a shared run of information shorter than this is not run
 
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def _logits(model: Any, hidden: Tensor) -> Tensor:
-    """Next-token logits (float32) from last hidden states, as the model's head computes them."""
-    logits = model.get_output_embeddings()(hidden).float()
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
 
 
 @dataclass(frozen=True)
@@ -221,11 +226,12 @@ def _replay_hidden(
 
     U_i = the row's distinct contexts (``unique[i]``: their context indices; slot 0 is the
     reference context); None for a row with a single distinct context. Rows with the same
-    prefix share one prefix pass, whose KV cache every context reads. Within a prefix, runs of
-    context tokens shared by several contexts (the same verifier information in several
-    contexts of a row, or in the rows of a group) are run once as stems
-    (``share_min_tokens`` tokens at least; None: no stems), and identical (context,
-    completion) pairs once. Each context then runs only what is its own, in right-padded
+    prefix share one prefix pass, whose KV cache every context reads (a model whose cache holds
+    more than attention keys/values, e.g. a hybrid recurrent one, runs every context whole
+    instead: ``kv_share.reusable``). Within a prefix, runs of context tokens shared by several
+    contexts (the same verifier information in several contexts of a row, or in the rows of a
+    group) are run once as stems (``share_min_tokens`` tokens at least; None: no stems), and
+    identical (context, completion) pairs once. Each context then runs only what is its own, in right-padded
     batches with positions continuing after the prefix and its stem.
     """
     body = model.get_decoder()  # the transformer without its head (through PEFT wrappers too)
@@ -245,22 +251,29 @@ def _replay_hidden(
         if out[row] is not None:
             by_prefix.setdefault(ctx.prefix, []).append(row)
 
+    reuse_prefix = True  # until the model's cache turns out not to be reusable (kv_share)
     for prefix, rows in by_prefix.items():
         # The prefix's last token is run with each context, so that the hidden state predicting
         # the first completion token always comes from the context pass (even with no suffix).
-        cached = len(prefix) - 1
+        # An empty prefix (contexts that differ from their first token on) caches nothing.
+        cached = max(len(prefix) - 1, 0) if reuse_prefix else 0
         prefix_cache = shared = None
         if cached:
             ids = torch.tensor([prefix[:-1]], device=device)
             _, prefix_cache = run_body(body, keyword, input_ids=ids, use_cache=True, cache=None)
-            shared = plain_layers(prefix_cache)
+            reuse_prefix = reusable(prefix_cache)
+            if reuse_prefix:
+                shared = plain_layers(prefix_cache)
+            else:  # e.g. a recurrent state: every context of every prompt runs whole
+                cached, prefix_cache = 0, None
+        lead = prefix[cached:]  # the prefix tokens each context runs itself
         # Distinct jobs (ids run after the cache, index of the state predicting the first
         # completion token): identical (context, completion) pairs of different rows run once.
         jobs: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
         for row in rows:
             for slot, context in enumerate(unique[row]):
                 suffix = contexts[row].suffixes[context]
-                key = ((prefix[-1], *suffix, *completions[row][:-1]), len(suffix))
+                key = ((*lead, *suffix, *completions[row][:-1]), len(lead) + len(suffix) - 1)
                 jobs.setdefault(key, []).append((row, slot))
         keys = list(jobs)
         # A job's shareable part ends before its last context token, whose state it needs.
@@ -304,6 +317,10 @@ def replay_distances(
     batch_size: int = DEFAULT_BATCH_SIZE,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     share_information: bool = True,
+    tools: Sequence[Any] | None = None,
+    chat_template: str | None = None,
+    temperature: float = 1.0,
+    lm_head_fp32: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Per-token JS distance of each reward's verifier information, by replay.
 
@@ -319,11 +336,20 @@ def replay_distances(
         chunk_size: response positions (of all rows, pooled) per lm_head + log-softmax + JS
             chunk (bounds memory).
         batch_size: contexts per forward pass (bounds memory).
-        chat_template_kwargs: extra keyword arguments for ``apply_chat_template``.
+        chat_template_kwargs: extra keyword arguments for ``apply_chat_template``; with
+            ``tools`` and ``chat_template``, pass what the prompts were rendered with for
+            generation (TRL's ``trainer.chat_template_kwargs``, ``trainer.tools``,
+            ``trainer.chat_template``): each context is rendered and tokenized as TRL does.
         share_information: run once the information tokens that several contexts of a prompt
             share (the same text in several contexts of a row, or in several rows of a
             group: a format rule, a schema, a reference) and let each context read their keys
             and values. The result is the same; False runs every context whole (a check).
+        tools: the tools rendered into chat prompts (None or empty: none).
+        chat_template: a chat template used instead of the tokenizer's.
+        temperature: the sampling temperature. The distributions compared are the policy's as
+            TRL's loss computes them (``mrtpo.relevance.head``: logit scale, soft-cap, then
+            divided by the temperature), under the caller's autocast as TRL's forward is.
+        lm_head_fp32: project in float32 outside autocast (TRL's ``cast_lm_head_to_fp32``).
 
     Returns:
         ``distance``: Tensor[N, K, T] float32 in [0, 1], T = the longest completion, 0 beyond
@@ -333,10 +359,11 @@ def replay_distances(
     completions, num_rewards = check_inputs(prompts, completion_ids, infos, mode)
     check_positive("chunk_size", chunk_size)
     check_positive("batch_size", batch_size)
-    contexts = [
-        build_contexts(tokenizer, prompt, row_infos, mode, chat_template_kwargs, row)
-        for row, (prompt, row_infos) in enumerate(zip(prompts, infos, strict=True))
-    ]
+    head = PolicyHead.of(model, temperature, lm_head_fp32)
+    contexts = contexts_of_rows(
+        tokenizer, prompts, infos, mode, chat_template_kwargs, tools, chat_template
+    )
+    contexts = share_prefixes(contexts, prompts)  # one prefix pass per distinct prompt
     # Distinct contexts per row: identical ones (same ids) run once and are exactly 0 apart.
     unique: list[list[int]] = []
     slot_of: list[list[int]] = []
@@ -368,7 +395,7 @@ def replay_distances(
                 SHARE_MIN_TOKENS if share_information else None,
             )
             chunked_distances(
-                functools.partial(_logits, model), hidden, slot_of, chunk_size, distance
+                functools.partial(head.logits, model), hidden, slot_of, chunk_size, distance
             )
     finally:
         model.train(was_training)

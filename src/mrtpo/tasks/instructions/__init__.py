@@ -1,9 +1,16 @@
-"""Multi-constraint instruction following (IFEval's constraint set), one reward per constraint.
+"""Multi-constraint instruction following (IFEval's and IFBench's constraints), one reward per
+constraint.
 
 - `task`: `InstructionsTask` and `TASK`, what `mrtpo.tasks.get("instructions")` returns;
-- `checkers`: IFEval's 25 instruction checkers (strict mode), each returning a `Verdict`;
+- `checkers`: IFEval's 25 instruction checkers (`CHECKERS`), each returning a `Verdict`, and
+  the loose mode's response variants;
+- `ifbench_count`, `ifbench_sentences`, `ifbench_words`, `ifbench_format`, `ifbench_custom`:
+  IFBench's 58 (`IFBENCH_CHECKERS`), with `ifbench_text`'s measurements;
 - `slots`: `ConstraintSlot(k)`, the verifier for the k-th constraint of a row;
-- `loader`: `load_ifeval(path)` for IFEval/IFBench-shaped JSONL (the bundled data too);
+- `loader`: `load_ifeval(path)` and `load_ifbench(path)` for IFEval/IFBench-shaped JSONL (the
+  bundled data too);
+- `metrics`: what IFEval and IFBench report (prompt- and instruction-level accuracy, strict
+  and loose, and per instruction id);
 - bundled prompts: `src/mrtpo/data/instructions/{train,test}.jsonl`, made by
   `python scripts/build_data/instructions.py`.
 
@@ -15,8 +22,26 @@ The data has no reference responses, so `reference_completion` is None and a sup
 start has nothing to train on for this task.
 """
 
-from mrtpo.tasks.instructions.checkers import CHECKERS, Constraint, build_constraint
-from mrtpo.tasks.instructions.loader import load_ifeval
+# Importing the IFBench modules registers their checkers.
+from mrtpo.tasks.instructions import (  # noqa: F401
+    ifbench_count,
+    ifbench_custom,
+    ifbench_format,
+    ifbench_sentences,
+    ifbench_words,
+)
+from mrtpo.tasks.instructions.checkers import (
+    CHECKERS,
+    IFBENCH_CHECKERS,
+    Constraint,
+    build_constraint,
+)
+from mrtpo.tasks.instructions.loader import load_ifbench, load_ifeval
+from mrtpo.tasks.instructions.metrics import (
+    INSTRUCTION_LEVEL_LOOSE,
+    PROMPT_LEVEL_LOOSE,
+    following_report,
+)
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.tasks.instructions.task import (
     DATA_DIR,
@@ -30,13 +55,18 @@ from mrtpo.tasks.instructions.task import (
 __all__ = [
     "CHECKERS",
     "DATA_DIR",
+    "IFBENCH_CHECKERS",
     "INSTRUCTION_LEVEL",
+    "INSTRUCTION_LEVEL_LOOSE",
     "MAX_BUNDLED_CONSTRAINTS",
     "PROMPT_LEVEL",
+    "PROMPT_LEVEL_LOOSE",
     "TASK",
     "Constraint",
     "ConstraintSlot",
     "InstructionsTask",
     "build_constraint",
+    "following_report",
+    "load_ifbench",
     "load_ifeval",
 ]

@@ -9,7 +9,14 @@ where it reads everything).
 `build_constraint(instruction_id, kwargs)` validates the arguments once and gives a
 `Constraint` whose `check(response)` returns a `Verdict` (score 1.0 / 0.0, the verifier
 information, the spans). As in IFEval's strict mode, an empty (whitespace-only) response
-follows no instruction.
+follows no instruction; `follows_loose(response)` is the loose mode (`loose_variants`).
+IFBench's checkers (the `ifbench_*` modules) register in `IFBENCH_CHECKERS` with the same
+`checker` decorator, and `build_constraint` knows both registries.
+
+Every check runs in time linear in the response. Where IFEval's regular expressions backtrack
+quadratically (a lazy `\\[.*?\\]` or a leading `\\s*` rescanned from each character of a run),
+the same matches are found in one pass (`_bracketed`, `_line_items`, `_double_angled`, the
+postscript patterns without `\\s*`).
 
 Matching IFEval exactly, including its quirks:
 - keywords, forbidden words, the section splitter and a custom postscript marker are used as
@@ -71,22 +78,48 @@ class CheckerSpec:
     validate: Callable[..., None] | None = None  # checks between arguments; raises ValueError
 
 
+# IFEval's instructions; IFBench's are in `IFBENCH_CHECKERS`, filled by the `ifbench_*`
+# modules (the package imports them), and `build_constraint` knows both.
 CHECKERS: dict[str, CheckerSpec] = {}
+IFBENCH_CHECKERS: dict[str, CheckerSpec] = {}
 
 
 def checker(
     instruction_id: str,
     statement: str | Callable[..., str],
     validate: Callable[..., None] | None = None,
+    registry: dict[str, CheckerSpec] = CHECKERS,
     **arguments: Callable[[Any], Any],
 ) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]]:
-    """Register `check` under `instruction_id`, with its statement and argument parsers."""
+    """Register `check` under `instruction_id` in `registry`, with its statement and argument
+    parsers."""
 
     def register(check: Callable[..., Outcome]) -> Callable[..., Outcome]:
-        CHECKERS[instruction_id] = CheckerSpec(check, statement, arguments, validate)
+        if instruction_id in CHECKERS or instruction_id in IFBENCH_CHECKERS:
+            raise ValueError(f"instruction_id {instruction_id!r} is registered twice")
+        registry[instruction_id] = CheckerSpec(check, statement, arguments, validate)
         return check
 
     return register
+
+
+def checker_spec(instruction_id: str) -> CheckerSpec | None:
+    """The registered instruction `instruction_id` (IFEval's or IFBench's), or None."""
+    return CHECKERS.get(instruction_id) or IFBENCH_CHECKERS.get(instruction_id)
+
+
+def loose_variants(response: str) -> list[str]:
+    """The responses IFEval's and IFBench's loose mode tries (an instruction is followed if
+    any non-empty one follows it): the response, without its first line, without its last
+    line, without both (these three stripped), and each of the four without asterisks."""
+    lines = response.split("\n")
+    trimmed = [
+        response,
+        "\n".join(lines[1:]).strip(),
+        "\n".join(lines[:-1]).strip(),
+        "\n".join(lines[1:-1]).strip(),
+    ]
+    return trimmed + [variant.replace("*", "") for variant in trimmed]
 
 
 @dataclass(frozen=True)
@@ -97,24 +130,33 @@ class Constraint:
     args: dict[str, Any] = field(hash=False)
     statement: str
 
-    def check(self, response: str) -> Verdict:
-        """Score 1.0 if `response` follows the instruction (IFEval strict mode), else 0.0."""
+    def outcome(self, response: str) -> Outcome:
+        """What the check finds in `response` (strict mode: an empty response follows nothing)."""
         if not response.strip():
-            outcome = Outcome(False, "the response is empty", ())
-        else:
-            outcome = CHECKERS[self.instruction_id].check(response, **self.args)
+            return Outcome(False, "the response is empty", ())
+        spec = checker_spec(self.instruction_id)
+        assert spec is not None, self.instruction_id  # build_constraint checked it
+        return spec.check(response, **self.args)
+
+    def check(self, response: str) -> Verdict:
+        """Score 1.0 if `response` follows the instruction (strict mode), else 0.0."""
+        outcome = self.outcome(response)
         verdict = "satisfied" if outcome.passed else f"not satisfied: {outcome.reason}"
         info = f"Constraint: {self.statement}\nVerdict: {verdict}."
         return Verdict(float(outcome.passed), info, outcome.spans)
 
+    def follows_loose(self, response: str) -> bool:
+        """Whether some loose-mode variant of `response` follows the instruction."""
+        return any(self.outcome(variant).passed for variant in loose_variants(response))
+
 
 def build_constraint(instruction_id: str, kwargs: Mapping[str, Any] | None = None) -> Constraint:
-    """A `Constraint` for one IFEval instruction; None-valued kwargs are dropped (the
-    Hugging Face copy of IFEval lists every key, mostly null). ValueError on an unknown id,
-    a missing or unexpected argument, or a bad value."""
-    if instruction_id not in CHECKERS:
+    """A `Constraint` for one IFEval or IFBench instruction; None-valued kwargs are dropped
+    (the Hugging Face copy of IFEval and IFBench's file list every key, mostly null).
+    ValueError on an unknown id, a missing or unexpected argument, or a bad value."""
+    spec = checker_spec(instruction_id)
+    if spec is None:
         raise ValueError(f"unknown instruction_id {instruction_id!r}")
-    spec = CHECKERS[instruction_id]
     given = {name: value for name, value in (kwargs or {}).items() if value is not None}
     unexpected = sorted(set(given) - set(spec.arguments))
     if unexpected:
@@ -333,16 +375,21 @@ def _english_lowercase(text: str) -> Outcome:
     capital_relation=_relation,
 )
 def _capital_word_frequency(text: str, capital_frequency: int, capital_relation: str) -> Outcome:
-    tokens = measure.word_tokens(text)
-    capitals = [
-        span
-        for token, span in zip(tokens, measure.token_spans(text, tokens), strict=True)
-        if token.isupper()
-    ]
-    spans = tuple(span for span in capitals if span is not None)
-    reason = f"{len(capitals)} words are in all capital letters"
+    # Only a sentence with an uppercase character can hold an all-capitals token: the others
+    # are not tokenized (NLTK's tokenizer is slow on long texts).
+    spans: list[Span | None] = []
+    for start, end in measure.sentence_spans(text):
+        sentence = text[start:end]
+        if not any(map(str.isupper, sentence)):
+            continue
+        tokens = measure.sentence_word_tokens(sentence)
+        for token, span in zip(tokens, measure.token_spans(sentence, tokens), strict=True):
+            if token.isupper():
+                spans.append(None if span is None else (start + span[0], start + span[1]))
+    found = tuple(span for span in spans if span is not None)
+    reason = f"{len(spans)} words are in all capital letters"
     return Outcome(
-        _holds(len(capitals), capital_relation, capital_frequency), reason, spans or _whole(text)
+        _holds(len(spans), capital_relation, capital_frequency), reason, found or _whole(text)
     )
 
 
@@ -451,9 +498,28 @@ def _nth_paragraph_first_word(
     num_placeholders=_count,
 )
 def _number_placeholders(text: str, num_placeholders: int) -> Outcome:
-    spans = tuple(m.span() for m in re.finditer(r"\[.*?\]", text))
+    spans = tuple(_bracketed(text))
     reason = f"the response has {len(spans)} placeholders"
     return Outcome(len(spans) >= num_placeholders, reason, spans or _whole(text))
+
+
+def _bracketed(text: str) -> list[Span]:
+    """The matches of IFEval's `\\[.*?\\]` in one pass: each `[` closes at the next `]` of its
+    line. The regex rescans the rest of the line from every `[` that has none (quadratic);
+    here a line without a `]` after its `[` is skipped at once."""
+    spans = []
+    start = text.find("[")
+    while start >= 0:
+        close = text.find("]", start + 1)
+        newline = text.find("\n", start + 1)
+        if close >= 0 and (newline < 0 or close < newline):
+            spans.append((start, close + 1))
+            start = text.find("[", close + 1)
+        elif newline >= 0:
+            start = text.find("[", newline + 1)
+        else:
+            break
+    return spans
 
 
 @checker(
@@ -463,10 +529,16 @@ def _number_placeholders(text: str, num_placeholders: int) -> Outcome:
 )
 def _postscript(text: str, postscript_marker: str) -> Outcome:
     lowered, aligned = _lowered(text)
+    # IFEval's patterns start with `\\s*`, which the regex engine rescans from every character of a
+    # whitespace run (quadratic). A marker that cannot start with whitespace is found by the
+    # rest of the pattern alone, at the same places once the leading whitespace is dropped
+    # (which is what the spans drop anyway).
     if postscript_marker == "P.P.S":
-        pattern = _pattern(r"\s*p\.\s?p\.\s?s.*$", flags=re.MULTILINE)
+        pattern = _pattern(r"p\.\s?p\.\s?s.*$", flags=re.MULTILINE)
     elif postscript_marker == "P.S.":
-        pattern = _pattern(r"\s*p\.\s?s\..*$", flags=re.MULTILINE)
+        pattern = _pattern(r"p\.\s?s\..*$", flags=re.MULTILINE)
+    elif _PLAIN_MARKER.fullmatch(postscript_marker.lower()):
+        pattern = _pattern(postscript_marker.lower(), "", r".*$", re.MULTILINE)
     else:
         pattern = _pattern(postscript_marker.lower(), r"\s*", r".*$", re.MULTILINE)
     found = [m.span() for m in pattern.finditer(lowered)]
@@ -475,8 +547,43 @@ def _postscript(text: str, postscript_marker: str) -> Outcome:
     return Outcome(bool(found), reason, spans or _whole(text))
 
 
-_STAR_BULLET = re.compile(r"^\s*\*[^\*].*$", re.MULTILINE)
-_DASH_BULLET = re.compile(r"^\s*-.*$", re.MULTILINE)
+# A marker starting with a letter or digit and holding no regex syntax but `.`: as a pattern
+# it can only match from that character.
+_PLAIN_MARKER = re.compile(r"[a-z0-9][a-z0-9 .:]*")
+
+
+def _line_items(text: str, marker: str) -> list[Span]:
+    """IFEval's bullets `^\\s*\\*[^\\*].*$` (marker "*") and `^\\s*-.*$` (marker "-"), in one
+    pass: from each line start, skip whitespace (newlines too, as `\\s*` does), find the marker
+    (a `*` must be followed by a character that is not `*`, possibly a newline) and take the
+    rest of that line. Spans start at the marker. The regexes rescan a whitespace run from each
+    of its line starts (quadratic); here the run's end is remembered."""
+    spans: list[Span] = []
+    first_visible = -1  # the first non-whitespace position at or after the last line start
+    line_start = 0
+    while line_start <= len(text):
+        if line_start > first_visible:
+            found = _VISIBLE.search(text, line_start)
+            first_visible = found.start() if found else len(text)
+        item = first_visible
+        rest = item + 1 if marker == "-" else item + 2
+        matched = text.startswith(marker, item) and (
+            marker == "-" or (rest <= len(text) and text[item + 1] != "*")
+        )
+        if matched:
+            end = text.find("\n", rest)
+            end = len(text) if end < 0 else end
+            spans.append((item, end))
+            line_start = end + 1
+        else:
+            newline = text.find("\n", line_start)
+            if newline < 0:
+                break
+            line_start = newline + 1
+    return spans
+
+
+_VISIBLE = re.compile(r"\S")
 
 
 @checker(
@@ -486,8 +593,8 @@ _DASH_BULLET = re.compile(r"^\s*-.*$", re.MULTILINE)
     num_bullets=_count,
 )
 def _number_bullet_lists(text: str, num_bullets: int) -> Outcome:
-    bullets = [*_STAR_BULLET.finditer(text), *_DASH_BULLET.finditer(text)]
-    spans = tuple(sorted(_stripped_span(text, *m.span()) for m in bullets))
+    bullets = [*_line_items(text, "*"), *_line_items(text, "-")]
+    spans = tuple(sorted(bullets))
     reason = f"the response has {len(bullets)} bullet points"
     return Outcome(len(bullets) == num_bullets, reason, spans or _whole(text))
 
@@ -560,14 +667,27 @@ def _json_format(text: str) -> Outcome:
     "Your answer must contain a title, wrapped in double angular brackets, such as <<poem of joy>>.",
 )
 def _title(text: str) -> Outcome:
-    titles = [
-        m.span()
-        for m in re.finditer(r"<<[^\n]+>>", text)
-        if m.group().lstrip("<").rstrip(">").strip()
-    ]
+    titles = [(a, b) for a, b in _double_angled(text) if text[a:b].lstrip("<").rstrip(">").strip()]
     return Outcome(
         bool(titles), "no title in <<double angular brackets>>", tuple(titles) or _whole(text)
     )
+
+
+def _double_angled(text: str) -> list[Span]:
+    """The matches of IFEval's greedy `<<[^\\n]+>>`, line by line: the first `<<` of a line runs
+    to the line's last `>>` (at least one character between). The regex retries every later
+    `<` of a line that has no closing `>>` (quadratic); no later start can succeed there."""
+    spans = []
+    line_start = 0
+    while line_start < len(text):
+        line_end = text.find("\n", line_start)
+        line_end = len(text) if line_end < 0 else line_end
+        opening = text.find("<<", line_start, line_end)
+        closing = text.rfind(">>", opening + 3, line_end) if opening >= 0 else -1
+        if closing >= 0:
+            spans.append((opening, closing + 2))
+        line_start = line_end + 1
+    return spans
 
 
 # ----------------------------------------------------------------------------------------------

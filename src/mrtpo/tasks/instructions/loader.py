@@ -26,7 +26,7 @@ from typing import Any
 
 from datasets import Dataset, Features, Value
 
-from mrtpo.tasks.instructions.checkers import CHECKERS, build_constraint
+from mrtpo.tasks.instructions.checkers import build_constraint, checker_spec
 
 SYSTEM_PROMPT = "You are a helpful assistant. Follow every instruction in the request exactly."
 
@@ -77,7 +77,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 def load_ifeval(
     path: str | Path, skip_unknown: bool = False, system_prompt: str = SYSTEM_PROMPT
 ) -> Dataset:
-    """An IFEval/IFBench-shaped JSONL file as a Dataset (columns in the module docstring).
+    """An IFEval- or IFBench-shaped JSONL file as a Dataset (columns in the module docstring);
+    the instruction ids of both benchmarks are known, and a file may mix them.
 
     Every instruction is built into a checker here, so bad kwargs fail at load time. Unknown
     instruction ids raise a ValueError listing them, or with `skip_unknown=True` are dropped
@@ -99,8 +100,8 @@ def load_ifeval(
             kwargs = decode_kwargs(row.get("kwargs"), len(ids))
         except ValueError as error:
             raise ValueError(f"{path}: row key={key!r}: {error}") from None
-        known = [(i, k) for i, k in zip(ids, kwargs, strict=True) if i in CHECKERS]
-        unknown.update(i for i in ids if i not in CHECKERS)
+        known = [(i, k) for i, k in zip(ids, kwargs, strict=True) if checker_spec(i) is not None]
+        unknown.update(i for i in ids if checker_spec(i) is None)
         for instruction_id, instruction_kwargs in known:
             try:
                 build_constraint(instruction_id, instruction_kwargs)
@@ -138,3 +139,9 @@ def load_ifeval(
         columns["instruction_id_list"].append([i for i, _ in known])
         columns["kwargs"].append(encode_kwargs([k for _, k in known]))
     return Dataset.from_dict(columns, features=features)
+
+
+def load_ifbench(path: str | Path, system_prompt: str = SYSTEM_PROMPT) -> Dataset:
+    """IFBench's test file (`IFBench_test.jsonl`, IFEval's layout) as a Dataset, every
+    instruction checked at load time: `load_ifeval` with no unknown id allowed."""
+    return load_ifeval(path, skip_unknown=False, system_prompt=system_prompt)

@@ -34,7 +34,8 @@ def row_constraint(example: Mapping[str, Any], index: int) -> Constraint | None:
 
 
 class ConstraintSlot(Verifier):
-    """Checks constraint `index` of each row (IFEval strict mode): 1.0, 0.0, or None."""
+    """Checks constraint `index` of each row (IFEval's or IFBench's, strict mode): 1.0, 0.0, or
+    None."""
 
     def __init__(self, index: int) -> None:
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:

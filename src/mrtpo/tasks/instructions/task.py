@@ -12,17 +12,14 @@ from typing import Any
 from datasets import Dataset
 
 from mrtpo.tasks.base import Task
-from mrtpo.tasks.instructions.checkers import CHECKERS, Constraint, build_constraint
 from mrtpo.tasks.instructions.loader import SYSTEM_PROMPT, load_ifeval
+from mrtpo.tasks.instructions.metrics import INSTRUCTION_LEVEL, PROMPT_LEVEL, following_report
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.verifiers import Verdict
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "instructions"
 # The most constraints a bundled prompt has: the default number of reward slots.
 MAX_BUNDLED_CONSTRAINTS = 6
-
-PROMPT_LEVEL = "prompt-level strict accuracy"
-INSTRUCTION_LEVEL = "instruction-level strict accuracy"
 
 
 class InstructionsTask(Task):
@@ -37,7 +34,8 @@ class InstructionsTask(Task):
         skip_unknown: bool = False,
         **kwargs: Any,
     ) -> Dataset:
-        """The bundled split ("train" or "test"), or an IFEval/IFBench JSONL file at `path`."""
+        """The bundled split ("train" or "test"), or an IFEval or IFBench JSONL file at `path`
+        (the same layout; the instruction ids of both are known)."""
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)} for the instructions task")
         if path is not None:
@@ -75,17 +73,14 @@ class InstructionsTask(Task):
         instruction_level = sum(all_scores) / len(all_scores) if all_scores else 0.0
         return {PROMPT_LEVEL: prompt_level, INSTRUCTION_LEVEL: instruction_level}
 
+    def following_report(
+        self, completions: Sequence[str], columns: Mapping[str, Sequence[Any]]
+    ) -> dict[str, Any]:
+        """IFEval's and IFBench's report (`metrics.following_report`) over every instruction of
+        each row, not only the first `max_constraints`: {"headline": prompt- and
+        instruction-level accuracy, strict and loose; "per_instruction": per id}. `columns`
+        are the dataset's, one value per completion."""
+        return following_report(completions, columns["instruction_id_list"], columns["kwargs"])
+
 
 TASK = InstructionsTask()
-
-__all__ = [
-    "CHECKERS",
-    "DATA_DIR",
-    "MAX_BUNDLED_CONSTRAINTS",
-    "TASK",
-    "Constraint",
-    "ConstraintSlot",
-    "InstructionsTask",
-    "build_constraint",
-    "load_ifeval",
-]

@@ -15,7 +15,7 @@ from typing import Any
 from datasets import Dataset
 
 from mrtpo.tasks.base import Task
-from mrtpo.tasks.sql.data import SYSTEM_PROMPT, load_bird, load_bundled, load_path, load_spider
+from mrtpo.tasks.sql.data import SYSTEM_PROMPT, load_bundled, load_path
 from mrtpo.tasks.sql.response_format import DEFAULT_FORMAT, ResponseFormat
 from mrtpo.tasks.sql.sandbox import SqlSandbox
 from mrtpo.tasks.sql.verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
@@ -76,15 +76,3 @@ class SqlTask(Task):
 
 
 TASK = SqlTask()
-
-__all__ = [
-    "TASK",
-    "SqlTask",
-    "SqlFormat",
-    "SqlExecutable",
-    "SqlExecution",
-    "QueryRunner",
-    "ResponseFormat",
-    "load_spider",
-    "load_bird",
-]

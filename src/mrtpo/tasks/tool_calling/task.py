@@ -21,7 +21,7 @@ from mrtpo.tasks.base import Task
 from mrtpo.tasks.tool_calling.bfcl import function_by_name, reference_arguments, score_calls
 from mrtpo.tasks.tool_calling.data import BUNDLED_DIR, load_bfcl
 from mrtpo.tasks.tool_calling.json_spans import Span, merge_spans
-from mrtpo.tasks.tool_calling.prompt import SYSTEM_PROMPT, render_prompt, tool_functions
+from mrtpo.tasks.tool_calling.prompt import SYSTEM_PROMPT, tool_functions
 from mrtpo.tasks.tool_calling.response import Response, parse_response
 from mrtpo.verifiers import Verdict, Verifier
 
@@ -198,13 +198,3 @@ class ToolCallingTask(Task):
 
 
 TASK = ToolCallingTask()
-
-__all__ = [
-    "TASK",
-    "ToolCallCorrectness",
-    "ToolCallFormat",
-    "ToolCallingTask",
-    "load_bfcl",
-    "reference_calls_text",
-    "render_prompt",
-]

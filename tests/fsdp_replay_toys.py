@@ -1,0 +1,149 @@
+"""Two processes replaying different rows of one batch on a model sharded by FSDP2.
+
+Run by `tests/test_sharded_replay.py` as
+`python -m torch.distributed.run --nproc_per_node 2 tests/fsdp_replay_toys.py OUT_DIR` (gloo on
+CPU). Accelerate's FSDP is GPU-only (`use_cpu=True` makes a plain multi-CPU run), so each
+process shards the tiny model itself with torch's `fully_shard` (each decoder layer, then the
+whole model, as accelerate's FSDP2 does) and drives the trainer's replay path directly:
+`MRTPOTrainer._token_advantages` then `_write_credit_maps`, on batches (`SCENARIOS`) where the
+processes' rows need different replays. Each process saves its per-token advantages per
+scenario to `OUT_DIR/rank{r}.pt`.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from trainer_toys import CPU_RUN, toy_trainer
+
+from mrtpo import advantages
+from mrtpo.step_data import ScoredBatch, StepAdvantages
+from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.trainer import EPS, MRTPOConfig, MRTPOTrainer
+from mrtpo.verifiers import Verdict
+
+GROUP_SIZE = 4  # one group per process: rows 0-3 on process 0, rows 4-7 on process 1
+WORDS = ("apple", "river")  # process 0's prompt, process 1's
+COMPLETIONS = (
+    " An apple a day.",
+    " Red apples fall from the tree in autumn.",
+    " apple",
+    " The apple is green and sour, not sweet.",
+    " A river runs through it.",
+    " river",
+    " Rivers flow to the sea, slowly and surely, every day.",
+    " The river is cold.",
+)
+INFOS = (
+    "The response must contain the letter {letter!r}.",
+    "The response must have an even number of characters.",
+    "The response must start with a space.",
+)
+# (N=8, K=3) rewards per scenario. A row is replayed when some reward varies in its group.
+SCENARIOS = {
+    # Process 1's group has constant rewards: it replays nothing (once returned early).
+    "one_process_without_rows": [[1, 0, 1], [0, 1, 1], [1, 1, 0], [0, 0, 1]] + [[1, 0, 1]] * 4,
+    # Both replay, 4 rows against 2 (rewards of rows 6 and 7 at their group's mean): with two
+    # contexts per forward pass, different numbers of passes.
+    "different_replay_batches": [[1, 0, 1], [0, 1, 1], [1, 1, 0], [0, 0, 1]]
+    + [[1, 0, 1], [0, 1, 1], [0.5, 0.5, 1], [0.5, 0.5, 1]],
+}
+
+
+def scored_batch(tokenizer, rewards: list[list[float]], rank: int) -> ScoredBatch:
+    """Process `rank`'s four rows of a scenario (the same rewards on every process)."""
+    word = WORDS[rank]
+    prompt = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": f"Write one line about the word {word}."},
+    ]
+    local = slice(rank * GROUP_SIZE, (rank + 1) * GROUP_SIZE)
+    texts = list(COMPLETIONS[local])
+    rewards_tensor = torch.tensor(rewards, dtype=torch.float32)
+    infos = [info.format(letter=word[0]) for info in INFOS]
+    return ScoredBatch(
+        prompts=[prompt] * GROUP_SIZE,
+        completions=texts,
+        completion_ids=[tokenizer.encode(text, add_special_tokens=False) for text in texts],
+        rewards=rewards_tensor,
+        verdicts=[
+            [
+                Verdict(rewards_tensor[row, k].item(), infos[k])
+                for row in range(local.start, local.stop)
+            ]
+            for k in range(len(INFOS))
+        ],
+        local=local,
+    )
+
+
+def main(out_dir: str) -> None:
+    # A short timeout: processes out of step fail here instead of waiting for gloo's default.
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    torch.set_num_threads(1)
+    rank = dist.get_rank()
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    args = MRTPOConfig(
+        output_dir=str(Path(out_dir) / "run"),
+        per_device_train_batch_size=GROUP_SIZE,
+        num_generations=GROUP_SIZE,
+        max_completion_length=16,
+        mrtpo_warmup_steps=0,
+        mrtpo_beta=1.0,
+        replay_batch_size=2,
+        credit_map_steps=1,
+        **CPU_RUN,
+    )
+    trainer = toy_trainer(MRTPOTrainer, model, tokenizer, args)
+    records = {"distributed_type": str(trainer.accelerator.distributed_type)}
+    for index, (name, rewards) in enumerate(SCENARIOS.items()):
+        scored = scored_batch(tokenizer, rewards, rank)
+        trainer._scored = scored
+        # The first replay comes before any forward of the model (as when vLLM generates and
+        # nothing recomputes log-probabilities); later ones after a forward of the whole model,
+        # as TRL's generation does.
+        if index:
+            with torch.no_grad():
+                model(torch.tensor([tokenizer.encode(f"Write one line about {WORDS[rank]}.")[:6]]))
+        width = max(len(ids) for ids in scored.completion_ids)
+        weights = trainer.reward_weights
+        normalized = advantages.per_reward(scored.rewards, GROUP_SIZE, eps=EPS)
+        step = StepAdvantages(
+            weights,
+            advantages.gdpo(scored.rewards, GROUP_SIZE, weights, eps=EPS)[scored.local],
+            per_reward=torch.nan_to_num(normalized[scored.local]),
+            token=None,
+        )
+        step.token = trainer._token_advantages(step, GROUP_SIZE, width)
+        trainer._last_credit_step = None
+        trainer._write_credit_maps(step, width)  # replays each process's chosen rows it skipped
+        records[name] = {
+            "advantages": step.token.advantages.cpu(),
+            "replayed": step.token.replay.rows,
+            "completion_ids": scored.completion_ids,
+            "prompts": scored.prompts,
+            "infos": [[verdict.info for verdict in row] for row in scored.row_verdicts()],
+        }
+    # The model is sharded again afterwards, and a training forward and backward still work.
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    records["sharded_after"] = weight.to_local().shape[0] < weight.shape[0]
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]))
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    records["layer_resharded_after_forward"] = weight.to_local().shape[0] < weight.shape[0]
+    model(torch.tensor([[1, 2, 3, 4]])).logits.sum().backward()
+    torch.save(records, Path(out_dir) / f"rank{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,139 @@
+"""The replay on a sharded model (FSDP2, two CPU processes on gloo): processes whose rows need
+different replays (none at all, or different numbers of forward passes) stay in step, and
+their per-token advantages equal one process's over the whole batch, replayed independently."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from fsdp_replay_toys import GROUP_SIZE, SCENARIOS, scored_batch
+
+from mrtpo import advantages
+from mrtpo.relevance import naive_replay_distances
+from mrtpo.sharding import check_replay_backend
+from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.trainer import EPS
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TIMEOUT_S = 150  # a hang (processes out of step) fails here; the run takes about 30 s
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(TESTS / "fsdp_replay_toys.py"),
+        str(tmp_path),
+    ]
+    result = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    # accelerate's FSDP is GPU-only: on CPU the run is plain multi-CPU, sharded by hand.
+    assert all(rank["distributed_type"] == "DistributedType.MULTI_CPU" for rank in ranks)
+    # Sharded again after the replays, and each layer frees its gathered parameters after its
+    # forward again (the reshard-after-forward setting put back).
+    assert all(rank["sharded_after"] and rank["layer_resharded_after_forward"] for rank in ranks)
+    # Process 0 wrote the credit maps, after both replayed the chosen rows they had skipped.
+    assert (tmp_path / "run" / "credit" / "step-00000.html").exists()
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    replayed = {name: [rank[name]["replayed"] for rank in ranks] for name in SCENARIOS}
+    assert replayed["one_process_without_rows"] == [[0, 1, 2, 3], []]
+    assert replayed["different_replay_batches"] == [[0, 1, 2, 3], [0, 1]]
+    for name, rewards in SCENARIOS.items():
+        # One process, the whole batch, every row's contexts run from scratch (no shared
+        # prefix, no stems): the reference replay, on the unsharded model.
+        batches = [scored_batch(tokenizer, rewards, rank) for rank in range(2)]
+        rows = [
+            (prompt, ids, [verdict.info for verdict in verdicts])
+            for batch in batches
+            for prompt, ids, verdicts in zip(
+                batch.prompts, batch.completion_ids, batch.row_verdicts(), strict=True
+            )
+        ]
+        prompts, completion_ids, infos = (list(column) for column in zip(*rows, strict=True))
+        distance, mask = naive_replay_distances(model, tokenizer, prompts, completion_ids, infos)
+        rewards_tensor = torch.tensor(rewards, dtype=torch.float32)
+        expected = advantages.mrtpo(rewards_tensor, GROUP_SIZE, distance, mask, 1.0, eps=EPS)
+        # beta = 1 with real distances: credit moves between tokens (not GDPO's constant rows).
+        on_tokens = expected.masked_fill(mask == 0, float("nan"))
+        spread = on_tokens.nan_to_num(-1e9).amax(-1) + on_tokens.nan_to_num(1e9).amin(-1).neg()
+        assert spread.max() > 1e-3
+        for rank, batch in zip(ranks, batches, strict=True):
+            actual = rank[name]["advantages"]
+            torch.testing.assert_close(
+                actual, expected[batch.local, : actual.shape[1]], rtol=0, atol=1e-5
+            )
+
+
+# ----------------------------------------------------------------------------- setups
+
+
+def accelerator_with(zero_stage: int | None = None, fsdp_version: int | None = None):
+    """An object shaped like an accelerator as far as TRL's backend detection reads it."""
+    deepspeed = None if zero_stage is None else SimpleNamespace(zero_stage=zero_stage)
+    fsdp = None if fsdp_version is None else SimpleNamespace(fsdp_version=fsdp_version)
+    return SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=deepspeed, fsdp_plugin=fsdp))
+
+
+def test_replay_backend_refuses_what_it_cannot_gather_once():
+    for accelerator in (accelerator_with(), accelerator_with(2), accelerator_with(fsdp_version=2)):
+        check_replay_backend(accelerator, ds3_gather_for_generation=False)
+    check_replay_backend(accelerator_with(3), ds3_gather_for_generation=True)
+    with pytest.raises(ValueError, match="ds3_gather_for_generation=True"):
+        check_replay_backend(accelerator_with(3), ds3_gather_for_generation=False)
+    with pytest.raises(ValueError, match="fsdp_version: 2"):
+        check_replay_backend(accelerator_with(fsdp_version=1), ds3_gather_for_generation=True)
+
+
+@pytest.mark.parametrize(
+    "name, distributed_type", [("ddp", "MULTI_GPU"), ("fsdp2", "FSDP"), ("zero3", "DEEPSPEED")]
+)
+def test_accelerate_configs_load_and_launch_existing_recipes(name, distributed_type):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = ROOT / "recipes" / "accelerate" / f"{name}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.distributed_type.name == distributed_type
+    if name == "fsdp2":
+        assert config.fsdp_config["fsdp_version"] == 2
+    if name == "zero3":
+        assert config.deepspeed_config["zero_stage"] == 3
+    launches = re.findall(
+        r"accelerate launch --config_file (\S+) .* --config (\S+)", path.read_text()
+    )
+    assert launches and all(
+        config_file == f"recipes/accelerate/{name}.yaml" and (ROOT / recipe).is_file()
+        for config_file, recipe in launches
+    )
