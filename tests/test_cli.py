@@ -418,6 +418,23 @@ def test_recipe_parses_with_mrtpo_train(recipe):
         assert (values["adam_beta1"], values["adam_beta2"]) == (0.9, 0.999)
 
 
+SAW_LINE = "# reward_weighting: saw"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_recipe_gains_saw_by_uncommenting_one_line(recipe, tmp_path):
+    from mrtpo.commands.train import parse_args
+
+    text = recipe.read_text()
+    assert text.count(SAW_LINE) == 1
+    plus_saw = tmp_path / recipe.name
+    plus_saw.write_text(text.replace(SAW_LINE, SAW_LINE[2:]))
+    overrides = ["--bf16", "false", "--use_vllm", "false"] if recipe.stem.endswith("-gpu") else []
+    config = parse_args(["--config", str(plus_saw), *overrides])[-1]
+    assert config.reward_weighting == "saw"
+    assert parse_args(["--config", str(recipe), *overrides])[-1].reward_weighting == "static"
+
+
 def test_demo_cold_start_is_the_recipes_budget():
     from mrtpo.commands.demo import COLD_START
 

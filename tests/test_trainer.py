@@ -149,6 +149,7 @@ def train_mrtpo(
         ("replay_batch_size", 0),
         ("replay_chunk_size", 0),
         ("credit_map_steps", -2),
+        ("reward_weighting", "ema"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(tmp_path, field, value):
@@ -166,6 +167,35 @@ def test_config_sets_trl_aggregation_from_the_estimator(tmp_path):
     assert config().logging_steps == 1
     with pytest.raises(ValueError, match="multi_objective_aggregation"):
         config(advantage_estimator="grpo", multi_objective_aggregation="normalize_then_sum")
+
+
+def test_saw_refuses_static_weights_and_shifts_need_saw(tmp_path):
+    def config(**kwargs):
+        return MRTPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kwargs)
+
+    assert config().reward_weighting == "static"
+    assert config(reward_weighting="saw", saw_reward_shifts=[3.0, 0.0]).saw_reward_shifts == [3, 0]
+    with pytest.raises(ValueError, match="reward_weighting='saw'.*refuses reward_weights"):
+        config(reward_weighting="saw", reward_weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match="saw_reward_shifts.*reward_weighting='static'"):
+        config(saw_reward_shifts=[1.0, 0.0])
+
+
+def test_saw_shifts_must_match_the_reward_functions(tmp_path):
+    # A model of its own: TRL's constructor runs before the check and changes the model it gets
+    # (gradient checkpointing), which would leak into the session's `tiny`.
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(
+        output_dir=str(tmp_path), **COMMON, reward_weighting="saw", saw_reward_shifts=[1.0]
+    )
+    with pytest.raises(ValueError, match="saw_reward_shifts has 1 values but there are 3"):
+        MRTPOTrainer(
+            model=model,
+            reward_funcs=toy_verifiers(),
+            args=args,
+            train_dataset=toy_dataset(),
+            processing_class=tokenizer,
+        )
 
 
 def test_trainer_requires_an_mrtpo_config(tmp_path, tiny):
@@ -198,6 +228,23 @@ def test_trl_parser_exposes_every_mrtpo_field():
     assert (args.advantage_estimator, args.mrtpo_beta, args.mrtpo_warmup_steps) == ("gdpo", 0.25, 3)
     assert (args.replay_mode, args.replay_batch_size, args.replay_chunk_size) == ("add_one", 2, 16)
     assert args.shuffle_token_weights is True and args.credit_map_steps == 5
+
+
+def test_trl_parser_exposes_the_reward_weighting():
+    from trl import TrlParser
+
+    (args,) = TrlParser(MRTPOConfig).parse_args_into_dataclasses(
+        [
+            "--output_dir=x",
+            "--use_cpu=true",
+            "--bf16=false",
+            "--reward_weighting=saw",
+            "--saw_reward_shifts",
+            "3",
+            "0",
+        ]
+    )
+    assert (args.reward_weighting, args.saw_reward_shifts) == ("saw", [3.0, 0.0])
 
 
 # ---------------------------------------------------------------------- estimators
@@ -273,6 +320,53 @@ def test_baseline_advantages_equal_trl(tmp_path, estimator, aggregation):
         torch.testing.assert_close(mine["advantages"], trl["advantages"], rtol=0, atol=1e-6)
         assert mine["advantages"].abs().max() > 0.1  # the batches carry signal
         torch.testing.assert_close(mine["loss"], trl["loss"], rtol=0, atol=1e-7)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_saw_weights_are_the_steps_own_and_logged(tmp_path, estimator):
+    trainer = train_mrtpo(
+        tmp_path, advantage_estimator=estimator, reward_weighting="saw", mrtpo_warmup_steps=0
+    )
+    lines = [
+        json.loads(line)
+        for line in (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
+    ]
+    steps = [line for line in lines if "loss" in line]
+    names = trainer.reward_func_names
+    assert len(steps) == len(trainer.batches) == 2  # one generation per optimizer step
+    for line, batch in zip(steps, trainer.batches, strict=True):
+        # The pure function on the step's gathered rewards (the toys have NaN scores).
+        expected = advantages.saw_weights(batch["rewards"])
+        logged = [line[f"mrtpo/reward_weight/{name}"] for name in names]
+        assert logged == pytest.approx(expected.tolist(), rel=1e-6, abs=1e-7)
+        # They are the c_k of the advantages (MRTPO: of the token advantages, whose mean is
+        # GDPO + SAW's advantage).
+        response = advantages.get_estimator(estimator)(
+            batch["rewards"], 4, expected, scale=trainer.scale_rewards
+        )
+        got = batch["advantages"]
+        if estimator == "mrtpo":
+            mask = batch["completion_mask"].float()
+            got = (got * mask).sum(-1) / mask.sum(-1)
+        torch.testing.assert_close(got, response, rtol=1e-5, atol=1e-5)
+    assert any(sum(line[f"mrtpo/reward_weight/{n}"] for n in names) > 2.9 for line in steps)
+    # The curves figure gets a second panel (taller) for the weights.
+    width, height = png_size(Path(trainer.args.output_dir) / "curves.png")
+    assert (width, height) == (700, 700)
+
+
+def test_static_weights_are_not_logged(tmp_path):
+    trainer = train_mrtpo(tmp_path, advantage_estimator="gdpo", max_steps=1)
+    text = (Path(trainer.args.output_dir) / "metrics.jsonl").read_text()
+    assert "mrtpo/reward_weight/" not in text
+    assert png_size(Path(trainer.args.output_dir) / "curves.png") == (700, 400)
 
 
 def test_mrtpo_with_beta_zero_matches_gdpo_loss_and_gradients(tmp_path):
@@ -694,7 +788,8 @@ def test_top_share_by_hand():
 
 
 @pytest.mark.slow
-def test_two_processes_agree_with_one(tmp_path):
+@pytest.mark.parametrize("weighting", ["static", "saw"])
+def test_two_processes_agree_with_one(tmp_path, weighting):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [
         str(Path(sys.executable).with_name("accelerate")),
@@ -712,6 +807,7 @@ def test_two_processes_agree_with_one(tmp_path):
         "no",
         str(TESTS / "trainer_toys.py"),
         str(tmp_path),
+        weighting,
     ]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -724,6 +820,14 @@ def test_two_processes_agree_with_one(tmp_path):
         # Both processes hold the same gathered rewards; each replayed its own 4 of the 8 rows.
         assert torch.equal(zero["rewards"], one["rewards"])
         assert zero["local"] == (0, 4) and one["local"] == (4, 8)
+        # The same reward weights on both: SAW's from the gathered rewards, or TRL's ones.
+        assert torch.equal(zero["reward_weights"], one["reward_weights"])
+        if weighting == "saw":
+            expected = advantages.saw_weights(zero["rewards"])
+        else:
+            expected = torch.ones(3)
+        torch.testing.assert_close(zero["reward_weights"], expected, rtol=0, atol=0)
+        weights = zero["reward_weights"]
         # One group of 8 spans both processes: the per-token advantages each process computed
         # equal a single computation over the whole batch with every row's distances.
         width = max(zero["distance"].shape[-1], one["distance"].shape[-1])
@@ -733,11 +837,11 @@ def test_two_processes_agree_with_one(tmp_path):
 
         distance = torch.cat([pad(zero["distance"]), pad(one["distance"])])
         mask = torch.cat([pad(zero["mask"]), pad(one["mask"])])
-        together = advantages.mrtpo(zero["rewards"], 8, distance, mask, zero["beta"])
+        together = advantages.mrtpo(zero["rewards"], 8, distance, mask, zero["beta"], weights)
         split = torch.cat([pad(zero["advantages"]), pad(one["advantages"])])
         torch.testing.assert_close(split, together, rtol=1e-5, atol=1e-6)
         # Their token means are the group's GDPO advantages, agreed across processes.
         token_mean = (split * mask).sum(-1) / mask.sum(-1)
         torch.testing.assert_close(
-            token_mean, advantages.gdpo(zero["rewards"], 8), rtol=1e-5, atol=1e-5
+            token_mean, advantages.gdpo(zero["rewards"], 8, weights), rtol=1e-5, atol=1e-5
         )

@@ -1,10 +1,11 @@
 """Toy verifiers and data for the trainer tests, and the two-process training script.
 
 Run by `tests/test_trainer.py` as
-`accelerate launch --multi_gpu --num_processes 2 tests/trainer_toys.py OUT_DIR` (CPU: the
-config has `use_cpu=True`, so the two processes talk over gloo): each process trains
-two MRTPO steps on the tiny model and saves, per generation batch, the gathered rewards, its own
-rows' replay distances and mask, and the per-token advantages it computed (`OUT_DIR/rank{r}.pt`).
+`accelerate launch --multi_gpu --num_processes 2 tests/trainer_toys.py OUT_DIR WEIGHTING` (CPU:
+the config has `use_cpu=True`, so the two processes talk over gloo): each process trains
+two MRTPO steps on the tiny model with `reward_weighting=WEIGHTING` and saves, per generation
+batch, the gathered rewards, the reward weights, its own rows' replay distances and mask, and
+the per-token advantages it computed (`OUT_DIR/rank{r}.pt`).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def toy_trainer(trainer_class: type, model: Any, tokenizer: Any, args: Any, **kw
     )
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, weighting: str) -> None:
     import torch
 
     from mrtpo.testing import tiny_model_and_tokenizer
@@ -116,6 +117,7 @@ def main(out_dir: str) -> None:
             self.records.append(
                 {
                     "rewards": scored.rewards.cpu(),
+                    "reward_weights": step.reward_weights.cpu(),
                     "distance": distance,
                     "mask": scored.response_mask(width),
                     "replayed": token.replay.rows,
@@ -141,6 +143,7 @@ def main(out_dir: str) -> None:
         save_strategy="no",
         seed=0,
         disable_tqdm=True,
+        reward_weighting=weighting,
     )
     trainer = toy_trainer(Recording, model, tokenizer, args)
     trainer.train()
@@ -152,4 +155,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

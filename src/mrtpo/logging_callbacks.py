@@ -2,8 +2,9 @@
 
 `metrics.jsonl` has one JSON object per log call (every step with MRTPO's default
 `logging_steps=1`): `{"step": N, <every logged value>}`. `curves.png` plots each reward's mean
-(`rewards/<name>/mean`) over steps, one line per reward, and is rewritten at every log so it can
-be watched while training runs. A resumed run keeps the lines up to its checkpoint's step and
+(`rewards/<name>/mean`) over steps, one line per reward, with a second panel for the reward
+weights when they change per step (SAW: `mrtpo/reward_weight/<name>`), and is rewritten at every
+log so it can be watched while training runs. A resumed run keeps the lines up to its checkpoint's step and
 drops the later ones (they belong to the run being replaced).
 """
 
@@ -22,6 +23,7 @@ from transformers import TrainerCallback
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"
 REWARD_PREFIX, REWARD_SUFFIX = "rewards/", "/mean"
+REWARD_WEIGHT_PREFIX = "mrtpo/reward_weight/"  # + reward name: the step's c_k (SAW)
 
 
 def _jsonable(value: Any) -> Any:
@@ -35,21 +37,39 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def reward_curves(records: list[dict[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
-    """{reward name: (steps, mean rewards)} from metrics records, skipping missing values."""
+def reward_curves(
+    records: list[dict[str, Any]], prefix: str = REWARD_PREFIX, suffix: str = REWARD_SUFFIX
+) -> dict[str, tuple[list[int], list[float]]]:
+    """{reward name: (steps, values)} of the keys `<prefix><name><suffix>` in metrics records
+    (by default each reward's mean), skipping missing values."""
     curves: dict[str, tuple[list[int], list[float]]] = {}
     for record in records:
         for key, value in record.items():
-            if key.startswith(REWARD_PREFIX) and key.endswith(REWARD_SUFFIX) and value is not None:
-                name = key[len(REWARD_PREFIX) : -len(REWARD_SUFFIX)]
+            if key.startswith(prefix) and key.endswith(suffix) and value is not None:
+                name = key[len(prefix) : len(key) - len(suffix)]
                 steps, values = curves.setdefault(name, ([], []))
                 steps.append(record["step"])
                 values.append(float(value))
     return curves
 
 
+def _plot_panel(
+    axes: Any, curves: dict[str, tuple[list[int], list[float]]], ylabel: str, title: str
+) -> None:
+    """One line per reward over steps."""
+    for name, (steps, values) in curves.items():
+        axes.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name)
+    axes.set_xlabel("step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="best", fontsize="small")
+
+
 def plot_reward_curves(records: list[dict[str, Any]], path: str | Path) -> bool:
-    """Draw each reward's mean over steps into a PNG at `path`; False when there is nothing yet.
+    """Draw each reward's mean over steps into a PNG at `path`, and below it each reward's
+    weight when the records have per-step weights (SAW); False when there is nothing yet.
 
     The figure is written to a temporary file and moved into place, so a viewer never reads a
     half-written image.
@@ -57,16 +77,17 @@ def plot_reward_curves(records: list[dict[str, Any]], path: str | Path) -> bool:
     curves = reward_curves(records)
     if not curves:
         return False
-    figure = Figure(figsize=(7, 4), dpi=100)  # no pyplot: no global state, no GUI backend
-    axes = figure.add_subplot()
-    for name, (steps, values) in curves.items():
-        axes.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name)
-    axes.set_xlabel("step")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylabel("mean reward")
-    axes.set_title("Reward means over training")
-    axes.grid(alpha=0.3)
-    axes.legend(loc="best", fontsize="small")
+    weights = reward_curves(records, REWARD_WEIGHT_PREFIX, "")
+    # No pyplot: no global state, no GUI backend.
+    figure = Figure(figsize=(7, 7 if weights else 4), dpi=100)
+    _plot_panel(
+        figure.add_subplot(2 if weights else 1, 1, 1),
+        curves,
+        "mean reward",
+        "Reward means over training",
+    )
+    if weights:
+        _plot_panel(figure.add_subplot(2, 1, 2), weights, "weight c_k", "Reward weights (SAW)")
     figure.tight_layout()
     path = Path(path)
     temporary = path.with_name(path.name + ".tmp")

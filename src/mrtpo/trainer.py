@@ -13,16 +13,19 @@ This subclass changes three things:
    with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
    (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
    sequence-level sign-based options get each response's advantage (see the class).
+   Under `reward_weighting="saw"` the reward weights c_k of all three estimators are SAW's,
+   computed every step from the gathered rewards (`mrtpo.advantages.saw_weights`).
 3. Logging. Beta, replay time and share of the step, the shares of rows and of contexts
-   replayed, and each reward's replay distance over the pairs where it was replayed (mean and
-   top-10% share) go through TRL's `self._metrics`; a callback writes `metrics.jsonl` and
-   `curves.png` (`mrtpo.logging_callbacks`); every `credit_map_steps` steps the credit maps of a
-   few rows go to `mrtpo.credit.write_training_maps`.
+   replayed, each reward's replay distance over the pairs where it was replayed (mean and
+   top-10% share) and, under SAW, each reward's weight go through TRL's `self._metrics`; a
+   callback writes `metrics.jsonl` and `curves.png` (`mrtpo.logging_callbacks`); every
+   `credit_map_steps` steps the credit maps of a few rows go to
+   `mrtpo.credit.write_training_maps`.
 
 Several processes: TRL gathers the rewards of the whole generation batch on every process. The
-group statistics (Ã_k per group) and the batch statistics of S are computed from those gathered
-rewards, and each process replays only its own rows, so a process's per-token advantages equal
-the rows a single process would compute for the whole batch.
+group statistics (Ã_k per group), the batch statistics of S and SAW's weights are computed from
+those gathered rewards, and each process replays only its own rows, so a process's per-token
+advantages equal the rows a single process would compute for the whole batch.
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ from trl import GRPOConfig, GRPOTrainer
 from mrtpo import advantages
 from mrtpo.credit import CreditMap, write_training_maps
 from mrtpo.credit.replay import last_user_message
-from mrtpo.logging_callbacks import MetricsFileCallback
+from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
 from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
 from mrtpo.verifiers import Verdict, Verifier, completion_text
 
 ESTIMATORS = tuple(advantages.ESTIMATORS)  # "mrtpo", "gdpo", "grpo"
+WEIGHTINGS = tuple(advantages.WEIGHTINGS)  # "static", "saw"
 REPLAY_MODES = ("leave_one_out", "add_one")
 EPS = 1e-4  # TRL's epsilon in both standard deviations
 TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
@@ -65,6 +69,11 @@ class MRTPOConfig(GRPOConfig):
     `advantage_estimator` decides TRL's `multi_objective_aggregation`: "grpo" is
     "sum_then_normalize", "gdpo" and "mrtpo" are "normalize_then_sum" (MRTPO is GDPO with each
     reward's advantage re-allocated among tokens).
+
+    `reward_weighting="saw"` refuses `reward_weights`: SAW's per-step weights are the choice of
+    c_k (its authors' estimators have no other coefficient, so a product would have no published
+    counterpart), and under GDPO and MRTPO a fixed factor would only tilt SAW's ratios by a
+    hand-set preference, which is what SAW replaces (docs/SAW.md).
     """
 
     advantage_estimator: str = field(
@@ -74,6 +83,22 @@ class MRTPOConfig(GRPOConfig):
             "tokens), 'gdpo' (normalize each reward per group, sum, normalize over the batch) or 'grpo' "
             "(sum the rewards, normalize per group).",
             "choices": list(ESTIMATORS),
+        },
+    )
+    reward_weighting: str = field(
+        default="static",
+        metadata={
+            "help": "The reward weights c_k: 'static' (reward_weights, all 1 by default) or 'saw' "
+            "(SAW, arXiv 2606.07705: each step, every reward's coefficient of variation over the "
+            "batch, rescaled to sum to K; refuses reward_weights).",
+            "choices": list(WEIGHTINGS),
+        },
+    )
+    saw_reward_shifts: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "SAW only: one value per reward added before its statistics (a reward that "
+            "can be negative: its lower bound); default 0. The rewards themselves are unchanged."
         },
     )
     mrtpo_beta: float = field(
@@ -128,6 +153,7 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_estimator must be one of {', '.join(ESTIMATORS)}, got {self.advantage_estimator!r}"
             )
+        self._check_reward_weighting()
         if not 0.0 <= self.mrtpo_beta <= 1.0:
             raise ValueError(f"mrtpo_beta must be in [0, 1], got {self.mrtpo_beta!r}")
         if self.mrtpo_warmup_steps < 0:
@@ -156,6 +182,24 @@ class MRTPOConfig(GRPOConfig):
         else:
             self.multi_objective_aggregation = "normalize_then_sum"
         super().__post_init__()
+
+    def _check_reward_weighting(self) -> None:
+        if self.reward_weighting not in WEIGHTINGS:
+            raise ValueError(
+                f"reward_weighting must be one of {', '.join(WEIGHTINGS)}, got {self.reward_weighting!r}"
+            )
+        weighting = advantages.get_weighting(self.reward_weighting)
+        if weighting.per_step and self.reward_weights is not None:
+            raise ValueError(
+                f"reward_weighting={self.reward_weighting!r} computes the reward weights every "
+                f"step and refuses reward_weights (got {self.reward_weights!r}): leave "
+                "reward_weights unset, or use reward_weighting='static'"
+            )
+        if not weighting.per_step and self.saw_reward_shifts is not None:
+            raise ValueError(
+                "saw_reward_shifts shift the rewards for SAW's statistics; with "
+                f"reward_weighting={self.reward_weighting!r} leave them unset"
+            )
 
 
 class _VerdictKeeper:
@@ -213,6 +257,13 @@ class MRTPOTrainer(GRPOTrainer):
             )
         if self._estimator.token_level or config.credit_map_steps:
             check_replay_backend(self.accelerator, config.ds3_gather_for_generation)
+        self._weighting = advantages.get_weighting(config.reward_weighting)
+        shifts = config.saw_reward_shifts
+        if shifts is not None and len(shifts) != len(self.reward_funcs):
+            raise ValueError(
+                f"saw_reward_shifts has {len(shifts)} values but there are "
+                f"{len(self.reward_funcs)} reward functions ({', '.join(self.reward_func_names)})"
+            )
         self._scored: ScoredBatch | None = None  # the last `_calculate_rewards`, for advantages
         self._last_credit_step: int | None = None
 
@@ -247,7 +298,7 @@ class MRTPOTrainer(GRPOTrainer):
         training = self.model.training
         group_size = self.num_generations if training else self.num_generations_eval
         scored = self._scored
-        reward_weights = self.reward_weights.to(scored.rewards.device)
+        reward_weights = self._step_reward_weights(scored.rewards)
         response = self._estimator(
             scored.rewards, group_size, reward_weights, scale=self.scale_rewards, eps=EPS
         )[scored.local]
@@ -533,6 +584,18 @@ class MRTPOTrainer(GRPOTrainer):
             **gamma,
         )
 
+    def _step_reward_weights(self, rewards: torch.Tensor) -> torch.Tensor:
+        """This step's c_k, Tensor[K] on rewards' device, from the (N, K) rewards gathered over
+        all processes (so every process gets the same weights); logged when they change per step."""
+        weights = self._weighting(
+            rewards, self.reward_weights.to(rewards.device), self.args.saw_reward_shifts
+        )
+        if self._weighting.per_step:
+            metrics = self._metrics["train" if self.model.training else "eval"]
+            for name, weight in zip(self.reward_func_names, weights.tolist(), strict=True):
+                metrics[f"{REWARD_WEIGHT_PREFIX}{name}"].append(weight)
+        return weights
+
     # ------------------------------------------------------------------ metrics
 
     def _log_replay(self, token: TokenAdvantages) -> None:
@@ -737,4 +800,4 @@ def _top_share_sums(
     return torch.stack([shares.sum(dim=0), counted.sum(dim=0).to(shares.dtype)], dim=1)
 
 
-__all__ = ["ESTIMATORS", "REPLAY_MODES", "MRTPOConfig", "MRTPOTrainer"]
+__all__ = ["ESTIMATORS", "REPLAY_MODES", "WEIGHTINGS", "MRTPOConfig", "MRTPOTrainer"]
