@@ -86,6 +86,8 @@ def _verify_in_chunks(
     """Each verifier's verdicts on every row (one list per verifier), verified
     `SCORING_CHUNK` rows at a time so that a progress bar can follow."""
     verdicts: list[list[Verdict]] = [[] for _ in verifiers]
+    if on_scored is not None:
+        on_scored(0)
     for start in range(0, len(prompts), SCORING_CHUNK):
         part = slice(start, start + SCORING_CHUNK)
         chunk_columns = {name: values[part] for name, values in columns.items()}
@@ -112,7 +114,7 @@ def score_responses(
     `rows[i]` is the dataset row response `completions[i]` answers: its `prompt` and the columns
     the verifiers read (a row sampled several times appears once per sample).
     `completion_tokens[i]`, when given, is recorded with each example. `on_scored(n)` is called
-    as rows are scored (a progress bar's hook).
+    with 0 when scoring begins, then with each number of rows scored (a progress bar's hook).
     """
     if not rows or len(rows) != len(completions):
         raise ValueError(
@@ -191,11 +193,13 @@ def evaluate(
 
     Prompts are generated shortest first, so that a batch holds prompts of similar lengths (less
     padding); the results come back in the dataset's order. `on_generated(n)` and
-    `on_scored(n)` follow the progress.
+    `on_scored(n)` follow the progress (each called with 0 when its phase begins).
     """
     rows = dataset.to_list()
     prompt_ids = render_prompt_ids(tokenizer, [row["prompt"] for row in rows], chat_template_kwargs)
     order = sorted(range(len(rows)), key=lambda index: len(prompt_ids[index]))
+    if on_generated is not None:
+        on_generated(0)
     sorted_ids = generate(
         model,
         tokenizer,
@@ -292,7 +296,8 @@ def benchmark_table(benchmark: Mapping[str, Any]) -> Any:
 @contextmanager
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
     """A rich progress display on stderr; yields `bar(description, total)`, which adds a bar
-    and returns its `advance(n)`."""
+    and returns its `advance(n)` (its first call, `advance(0)` when a phase begins, starts the
+    bar's clock)."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -313,8 +318,17 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
     ) as progress:
 
         def bar(description: str, total: int) -> Callable[[int], None]:
-            task_id = progress.add_task(description, total=total)
-            return lambda n: progress.advance(task_id, n)
+            task_id = progress.add_task(description, total=total, start=False)
+            started = False
+
+            def advance(n: int) -> None:
+                nonlocal started
+                if not started:  # the clock starts with the phase, not when the bar is set up
+                    progress.start_task(task_id)
+                    started = True
+                progress.advance(task_id, n)
+
+            return advance
 
         yield bar
 
@@ -333,7 +347,10 @@ def _write_report(report: dict[str, Any], output: Path, title: str, seconds: flo
     print(f"wrote {output / 'eval.json'} in {seconds:.0f} s")
 
 
-def _data_title(task: str, split: str, data: str | None) -> str:
+def _data_title(task: str, split: str, data: str | None, benchmark: Any) -> str:
+    """What was read: the benchmark's title, the user's files or the bundled split."""
+    if benchmark is not None:
+        return benchmark.title
     return f"{task}: {data}" if data is not None else f"{task} {split} (bundled)"
 
 
@@ -394,12 +411,12 @@ def run_eval(
         "seconds": round(seconds, 1),
         **result,
     }
+    title = _data_title(task, split, data, benchmark)
     print(
-        f"{model_name_or_path} on {task} {split} ({len(dataset)} examples, "
+        f"{model_name_or_path} on {title} ({len(dataset)} examples, "
         f"{decoding(temperature, num_samples)})"
     )
-    output = Path(output_dir or f"outputs/eval-{task}")
-    _write_report(report, output, _data_title(task, split, data), seconds)
+    _write_report(report, Path(output_dir or f"outputs/eval-{task}"), title, seconds)
     return report
 
 
@@ -462,11 +479,11 @@ def run_score(
         "seconds": round(seconds, 1),
         **result,
     }
+    title = _data_title(task, split, data, benchmark)
     print(
-        f"{responses} on {task} {split} ({len(kept)} examples"
+        f"{responses} on {title} ({len(kept)} examples"
         + (f", {len(unanswered)} without an answer left out" if unanswered else "")
         + ")"
     )
-    output = Path(output_dir or f"outputs/score-{task}")
-    _write_report(report, output, _data_title(task, split, data), seconds)
+    _write_report(report, Path(output_dir or f"outputs/score-{task}"), title, seconds)
     return report
