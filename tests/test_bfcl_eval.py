@@ -230,6 +230,8 @@ def test_each_category_rule(bfcl_folder):
         ("irrelevance_0", "", 1.0),
         ("irrelevance_0", '<tool_call>{"function": "area"}</tool_call>', 1.0),
         ("irrelevance_0", calls(("area", {})), 0.0),
+        # Blocks are read by json.loads, as BFCL reads them: a repeated key keeps its last value.
+        ("irrelevance_0", '<tool_call>{"name": "area", "arguments": {"base": 1, "base": 2}}</tool_call>', 0.0),
         ("live_irrelevance_0-0-0", calls(("weather", {"city": "X"})), 0.0),
         # relevance: right when something is called, whatever the arguments.
         ("live_relevance_0-0-0", calls(("weather", {"wrong": 1})), 1.0),

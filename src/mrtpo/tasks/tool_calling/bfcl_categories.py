@@ -1,8 +1,8 @@
 """BFCL v4 single-turn accuracy, category by category, and the leaderboard's summary rows.
 
 A response's calls are read the way BFCL reads a Hermes-style (`<tool_call>` JSON) model's
-output: every `<tool_call>` block whose JSON parses, in order (a block that is not valid JSON
-is dropped); if a parsed block is not `{"name": <text>, "arguments": {...}}` the response has
+output: every `<tool_call>` block whose text `json.loads` reads, in order (a block that is not
+valid JSON is dropped); if a parsed block is not `{"name": <text>, "arguments": {...}}` the response has
 no decodable calls at all. Then, per category (BFCL's `eval_runner.py`):
 
 - AST categories (simple_*, multiple, parallel, parallel_multiple and their live_*
@@ -70,12 +70,15 @@ SUMMARY_ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 def decoded_calls(text: str) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
     """(calls, why none could be decoded): the response's calls as BFCL decodes a Hermes-style
-    model's output (module docstring); the reason is None when decoding succeeded."""
+    model's output (module docstring): each block's text through Python's `json.loads`, as
+    BFCL's decoder reads it (so a repeated key keeps its last value); the reason is None when
+    decoding succeeded."""
     calls = []
     for number, block in enumerate(parse_response(text).blocks, start=1):
-        if block.parsed is None:
+        try:
+            value = json.loads(text[block.open_tag[1] : block.close_tag[0]])
+        except ValueError:
             continue  # not JSON: dropped, as BFCL's decoder drops it
-        value = block.parsed.value
         if not (
             isinstance(value, dict)
             and isinstance(value.get("name"), str)
