@@ -20,7 +20,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "eval": (
         "mrtpo.commands.eval",
-        "generation on a split (greedy or sampled) and each verifier's mean",
+        "generation on a split or a benchmark (BFCL, Spider, BIRD), then its scoring",
+    ),
+    "score": (
+        "mrtpo.commands.score",
+        "eval's scoring on answers made elsewhere (no model loaded)",
     ),
     "sft": (
         "mrtpo.commands.sft",

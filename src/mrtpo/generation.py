@@ -11,7 +11,7 @@ their first eos token.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,13 +50,15 @@ def generate(
     temperature: float = 0.0,
     num_samples: int = 1,
     seed: int = 0,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """Completions (token ids, cut after the first eos) for left-padded batches of prompts.
 
     ``temperature`` 0 decodes greedily; above 0 it samples from the whole distribution (no
     top-k/top-p cut, TRL's GRPO defaults), ``num_samples`` per prompt, seeded by ``seed``
     (reproducible on a given machine). Returns ``len(prompt_ids) * num_samples`` completions,
-    each prompt's samples together.
+    each prompt's samples together. ``on_batch``, when given, is called after each batch with
+    the number of completions it made (a progress bar's hook).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -99,6 +101,8 @@ def generate(
         for row in output[:, width:].tolist():
             cut = next((i + 1 for i, token in enumerate(row) if token in eos_ids), len(row))
             completions.append(row[:cut])
+        if on_batch is not None:
+            on_batch(len(batch))
     return completions
 
 

@@ -1,7 +1,9 @@
-"""The arguments `mrtpo train`, `mrtpo sft` and `mrtpo eval` share (not a subcommand).
+"""The arguments `mrtpo train`, `mrtpo sft`, `mrtpo eval` and `mrtpo score` share (not a
+subcommand).
 
-Each command's dataclass extends `TaskArguments`; one that reads another split by default
-redeclares `split` with its own default (a dataclass keeps the field where it was first named).
+Each command's dataclass extends `TaskArguments` (`DataArguments` for `mrtpo score`, which
+loads no model); one that reads another split by default redeclares `split` with its own
+default (a dataclass keeps the field where it was first named).
 """
 
 from __future__ import annotations
@@ -12,18 +14,11 @@ from mrtpo.models import DEFAULT_MODEL
 
 
 @dataclass
-class TaskArguments:
-    """Which task, on which of its data, with which model."""
+class DataArguments:
+    """Which task, on which of its data."""
 
     task: str = field(
         default="tool_calling", metadata={"help": "sql, tool_calling or instructions."}
-    )
-    model_name_or_path: str = field(
-        default=DEFAULT_MODEL,
-        metadata={
-            "help": "The embedded model's name, a local model folder (e.g. from `mrtpo sft` or "
-            "`mrtpo train`), or a hub id."
-        },
     )
     data: str | None = field(
         default=None,
@@ -33,3 +28,39 @@ class TaskArguments:
         },
     )
     split: str = field(default="train", metadata={"help": "Which split of the task to read."})
+
+
+@dataclass
+class TaskArguments(DataArguments):
+    """Which task, on which of its data, with which model."""
+
+    model_name_or_path: str = field(
+        default=DEFAULT_MODEL,
+        metadata={
+            "help": "The embedded model's name, a local model folder (e.g. from `mrtpo sft` or "
+            "`mrtpo train`), or a hub id."
+        },
+    )
+
+
+@dataclass
+class BenchmarkArguments:
+    """Which part of the data `mrtpo eval` and `mrtpo score` read."""
+
+    max_examples: int | None = field(
+        default=None,
+        metadata={"help": "The first N examples only (of each category, on BFCL's data)."},
+    )
+    categories: str | None = field(
+        default=None,
+        metadata={
+            "help": "BFCL categories, comma-separated (default: every single-turn category "
+            "present in --data)."
+        },
+    )
+
+    def category_list(self) -> list[str] | None:
+        """`categories` as a list (None when not given)."""
+        if not self.categories:
+            return None
+        return [name.strip() for name in self.categories.split(",") if name.strip()]

@@ -1,13 +1,17 @@
-"""`mrtpo eval`: generation on a task's split, each verifier's mean and the headline.
+"""`mrtpo eval`: generation on a task's split or a benchmark, then `mrtpo score`'s scoring.
 
 Prompts are rendered exactly as `mrtpo train` renders them (the chat template with the
 generation prompt and the same `chat_template_kwargs`; completions decoded with special tokens
-skipped), generated in left-padded batches (greedily by default; `--temperature T
---num_samples N` samples N completions per prompt as training does, seeded), and scored with the
-task's verifiers: `mrtpo.generation`, then `mrtpo.evaluation.score_responses`.
+skipped), generated in left-padded batches, shortest prompts first (greedily by default;
+`--temperature T --num_samples N` samples N completions per prompt as training does, seeded),
+and scored with the task's verifiers: `mrtpo.generation`, then
+`mrtpo.evaluation.score_responses`, the code `mrtpo score` runs on answers made elsewhere.
 
-Writes `eval.json` (per-example prompt, completion and verdicts, plus the summary) into
-`output_dir` and prints a table.
+`--data` may be a benchmark the task knows: BFCL v4's data folder (or one category's file) for
+tool_calling, with `--categories`; Spider's or BIRD's folder for sql. The table then has one row
+per category or database and the benchmark's summary rows, computed as its official
+evaluation computes them. Writes `eval.json` (every number, and each response with its
+verdicts) into `output_dir` and prints the table and the time taken.
 """
 
 from __future__ import annotations
@@ -15,15 +19,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from mrtpo.commands.common import TaskArguments
+from mrtpo.commands.common import BenchmarkArguments, TaskArguments
 
 
 @dataclass
-class EvalArguments(TaskArguments):
+class EvalArguments(TaskArguments, BenchmarkArguments):
     split: str = field(default="test", metadata={"help": "Which split to evaluate."})
-    max_examples: int | None = field(
-        default=None, metadata={"help": "Evaluate the first N examples only."}
-    )
     output_dir: str | None = field(
         default=None, metadata={"help": "Where eval.json goes (default outputs/eval-<task>)."}
     )
@@ -61,5 +62,6 @@ def main(argv: list[str]) -> int:
     chat_template_kwargs = (
         json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None
     )
-    run_eval(**{**asdict(args), "chat_template_kwargs": chat_template_kwargs})
+    options = {**asdict(args), "chat_template_kwargs": chat_template_kwargs}
+    run_eval(**{**options, "categories": args.category_list()})
     return 0

@@ -121,20 +121,8 @@ def _resolve_databases(
     return [e for e, _ in kept], [p for _, p in kept]
 
 
-def load_spider(
-    root: str | Path,
-    split: str = "dev",
-    skip_missing: bool = False,
-    system_prompt: str = SYSTEM_PROMPT,
-) -> Dataset:
-    """Spider at `root`: `dev.json` or `train_spider.json`, `tables.json`,
-    `database/<db_id>/<db_id>.sqlite`; examples have `db_id`, `question`, `query`.
-
-    split: "dev" or "train" ("test" reads dev.json: the public dev set is Spider's usual test set).
-    skip_missing: skip (with a warning giving the count) examples whose database file is absent
-    instead of raising ValueError.
-    """
-    root = Path(root)
+def _spider_examples(root: Path, split: str) -> tuple[list[dict[str, Any]], Path, Any]:
+    """(examples, their file, db_id -> database path) of Spider's `split` at `root`."""
     split = "dev" if split == "test" else split
     if split not in SPIDER_SPLITS:
         raise ValueError(f"split must be one of {sorted(SPIDER_SPLITS)} for Spider, got {split!r}")
@@ -154,12 +142,24 @@ def load_spider(
         raise ValueError(
             f"{examples_path}: db_id(s) not described in {tables_path}: {', '.join(unknown)}"
         )
-    examples, db_paths = _resolve_databases(
-        examples,
-        lambda db_id: root / "database" / db_id / f"{db_id}.sqlite",
-        skip_missing,
-        str(examples_path),
-    )
+    return examples, examples_path, lambda db_id: root / "database" / db_id / f"{db_id}.sqlite"
+
+
+def load_spider(
+    root: str | Path,
+    split: str = "dev",
+    skip_missing: bool = False,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> Dataset:
+    """Spider at `root`: `dev.json` or `train_spider.json`, `tables.json`,
+    `database/<db_id>/<db_id>.sqlite`; examples have `db_id`, `question`, `query`.
+
+    split: "dev" or "train" ("test" reads dev.json: the public dev set is Spider's usual test set).
+    skip_missing: skip (with a warning giving the count) examples whose database file is absent
+    instead of raising ValueError.
+    """
+    examples, examples_path, db_path_of = _spider_examples(Path(root), split)
+    examples, db_paths = _resolve_databases(examples, db_path_of, skip_missing, str(examples_path))
     return _rows(examples, db_paths, "query", system_prompt)
 
 
@@ -172,6 +172,22 @@ def _bird_split_dir(root: Path, split: str) -> Path:
     raise ValueError(
         f"missing file: {root / split / f'{split}.json'} (nor {root / f'{split}.json'})"
     )
+
+
+def _bird_examples(root: Path, split: str) -> tuple[list[dict[str, Any]], Path, Any]:
+    """(examples, their file, db_id -> database path) of BIRD's `split` at `root`."""
+    split = "dev" if split == "test" else split
+    if split not in BIRD_SPLITS:
+        raise ValueError(f"split must be one of {list(BIRD_SPLITS)} for BIRD, got {split!r}")
+    folder = _bird_split_dir(root, split)
+    examples_path = folder / f"{split}.json"
+    examples = _check_examples(
+        _read_json(examples_path), examples_path, ("db_id", "question", "SQL")
+    )
+    databases = folder / f"{split}_databases"
+    if not databases.is_dir():
+        raise ValueError(f"missing folder: {databases}")
+    return examples, examples_path, lambda db_id: databases / db_id / f"{db_id}.sqlite"
 
 
 def load_bird(
@@ -187,24 +203,8 @@ def load_bird(
     split: "dev" or "train" ("test" reads dev: BIRD's test set is not public).
     skip_missing: as in `load_spider`.
     """
-    root = Path(root)
-    split = "dev" if split == "test" else split
-    if split not in BIRD_SPLITS:
-        raise ValueError(f"split must be one of {list(BIRD_SPLITS)} for BIRD, got {split!r}")
-    folder = _bird_split_dir(root, split)
-    examples_path = folder / f"{split}.json"
-    examples = _check_examples(
-        _read_json(examples_path), examples_path, ("db_id", "question", "SQL")
-    )
-    databases = folder / f"{split}_databases"
-    if not databases.is_dir():
-        raise ValueError(f"missing folder: {databases}")
-    examples, db_paths = _resolve_databases(
-        examples,
-        lambda db_id: databases / db_id / f"{db_id}.sqlite",
-        skip_missing,
-        str(examples_path),
-    )
+    examples, examples_path, db_path_of = _bird_examples(Path(root), split)
+    examples, db_paths = _resolve_databases(examples, db_path_of, skip_missing, str(examples_path))
     return _rows(examples, db_paths, "SQL", system_prompt, evidence_key="evidence")
 
 
@@ -219,19 +219,69 @@ def is_spider(root: Path) -> bool:
     return (root / "tables.json").is_file() or (root / "database").is_dir()
 
 
+def benchmark_name(root: Path) -> str | None:
+    """ "bird" or "spider" by the folder's layout (None for neither)."""
+    if not root.is_dir():
+        return None
+    if is_bird(root):
+        return "bird"
+    if is_spider(root):
+        return "spider"
+    return None
+
+
 def load_path(path: str | Path, split: str = "dev", **kwargs: Any) -> Dataset:
     """Spider or BIRD at `path`, chosen by the folder's layout."""
     root = Path(path)
     if not root.is_dir():
         raise ValueError(f"path must be a Spider or BIRD folder, got {root} (not a folder)")
-    if is_bird(root):
+    name = benchmark_name(root)
+    if name == "bird":
         return load_bird(root, split, **kwargs)
-    if is_spider(root):
+    if name == "spider":
         return load_spider(root, split, **kwargs)
     raise ValueError(
         f"{root} has neither Spider's layout (tables.json, database/<db_id>/<db_id>.sqlite) "
         "nor BIRD's (dev/dev.json, dev/dev_databases/<db_id>/<db_id>.sqlite)"
     )
+
+
+def load_benchmark_rows(
+    path: str | Path,
+    split: str = "dev",
+    max_examples: int | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> tuple[str, Dataset, Counter[str]]:
+    """(benchmark name, rows, examples skipped by db_id) of the Spider or BIRD folder at
+    `path`: its first `max_examples` examples (all when None), those whose database file is
+    missing left out and counted. Each row gets `id` (its 0-based position in the examples
+    file, the line of Spider's and BIRD's prediction files) and `benchmark`."""
+    root = Path(path)
+    name = benchmark_name(root)
+    if name is None:
+        raise ValueError(f"{root} is neither a Spider nor a BIRD folder")
+    read = _bird_examples if name == "bird" else _spider_examples
+    examples, examples_path, db_path_of = read(root, split)
+    examples = [
+        {**example, "id": str(index), "benchmark": name}
+        for index, example in enumerate(examples[:max_examples])
+    ]
+    kept, skipped = [], Counter()
+    for example in examples:
+        if db_path_of(example["db_id"]).is_file():
+            kept.append(example)
+        else:
+            skipped[example["db_id"]] += 1
+    if not kept:
+        raise ValueError(f"{examples_path}: no example has its database file")
+    rows = _rows(
+        kept,
+        [db_path_of(example["db_id"]) for example in kept],
+        "SQL" if name == "bird" else "query",
+        system_prompt,
+        evidence_key="evidence" if name == "bird" else None,
+    )
+    return name, rows, skipped
 
 
 def load_bundled(split: str = "train", system_prompt: str = SYSTEM_PROMPT) -> Dataset:

@@ -10,12 +10,19 @@ folder (`load(split, path=...)`); the bundled data is built by `scripts/build_da
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
 
-from mrtpo.tasks.base import Task
-from mrtpo.tasks.sql.data import SYSTEM_PROMPT, load_bundled, load_path
+from mrtpo.tasks.base import Benchmark, Task
+from mrtpo.tasks.sql.data import (
+    SYSTEM_PROMPT,
+    benchmark_name,
+    load_bundled,
+    load_path,
+)
+from mrtpo.tasks.sql.exec_accuracy import load_benchmark
 from mrtpo.tasks.sql.response_format import DEFAULT_FORMAT, ResponseFormat
 from mrtpo.tasks.sql.sandbox import SqlSandbox
 from mrtpo.tasks.sql.verifiers import QueryRunner, SqlExecutable, SqlExecution, SqlFormat
@@ -56,6 +63,23 @@ class SqlTask(Task):
             SqlExecutable(response_format, runner, schema_in_info),
             SqlExecution(response_format, runner),
         ]
+
+    def benchmark(
+        self,
+        path: str,
+        split: str = "test",
+        categories: Sequence[str] | None = None,
+        max_examples: int | None = None,
+    ) -> Benchmark | None:
+        """Spider or BIRD at `path`: execution accuracy as their official evaluations define
+        it, per database and overall (`exec_accuracy`); None for other folders."""
+        if benchmark_name(Path(path)) is None:
+            return None
+        if categories:
+            raise ValueError(
+                f"categories are BFCL's; Spider and BIRD have none, got {list(categories)}"
+            )
+        return load_benchmark(path, split, max_examples, self.system_prompt)
 
     def reference_completion(self, example: Mapping[str, Any]) -> str | None:
         reference = example.get("reference_sql")

@@ -30,14 +30,31 @@ Schemas are read in either BFCL's type names ("dict", "float", "tuple", "any") o
 Schema's ("object", "number", "array"): both map to the same Python types. Cases where BFCL's
 own code would crash (an unknown type, a schema-less reference function) get a defined answer
 here: an unknown type skips the type check, a missing schema means no parameters are known.
+
+`language` "java" or "javascript" (BFCL's `simple_java` and `simple_javascript`): every value
+must be a string, read into a Python value by the declared Java/JavaScript type
+(`bfcl_languages`), then checked by the same rules without the int -> float conversion.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mrtpo.tasks.tool_calling.bfcl_languages import (
+    JAVA_ARRAYS,
+    JAVA_TYPES,
+    JAVASCRIPT_ARRAYS,
+    JAVASCRIPT_TYPES,
+    declared_types,
+    java_literal,
+    java_value,
+    javascript_literal,
+    javascript_value,
+)
 
 # Declared type -> the Python type json.loads gives for it.
 PYTHON_TYPES: dict[str, type] = {
@@ -54,6 +71,13 @@ PYTHON_TYPES: dict[str, type] = {
 }
 ARRAY_TYPES = ("array", "tuple")
 FLOAT_TYPES = ("float", "number")
+LANGUAGES = ("python", "java", "javascript")
+# language -> (declared type -> Python type, declared types whose items are typed)
+_TYPE_TABLES: dict[str, tuple[dict[str, type], tuple[str, ...]]] = {
+    "python": (PYTHON_TYPES, ARRAY_TYPES),
+    "java": (JAVA_TYPES, JAVA_ARRAYS),
+    "javascript": (JAVASCRIPT_TYPES, JAVASCRIPT_ARRAYS),
+}
 
 _IGNORED_IN_STRINGS = re.compile(r"[ \,\./\-_\*\^]")
 
@@ -114,19 +138,27 @@ def _list_matches(value: list[Any], allowed: list[Any]) -> bool:
     return [_standardized(element) for element in value] in options
 
 
+def _key_answers(answers: Any) -> list[Any]:
+    """A dict key's allowed values as BFCL walks them: a list's elements, a string's characters
+    (a malformed answer such as {"format": "epoch_millis"} is compared character by character,
+    as BFCL's checker does), anything else alone."""
+    return list(answers) if isinstance(answers, list | str) else [answers]
+
+
 def _dict_matches(value: dict[str, Any], allowed: list[Any]) -> bool:
     """BFCL's dict_checker: some allowed dict accepts every key of `value` and misses none
-    that is not optional."""
+    that is not optional ("" among its allowed values; in a string, "" is always found)."""
     for option in allowed:
         if type(option) is not dict:  # "" (optional) and malformed options never match
             continue
         keys_ok = all(
             key in option
-            and _standardized(element) in [_standardized(a) for a in _as_list(option[key])]
+            and _standardized(element) in [_standardized(a) for a in _key_answers(option[key])]
             for key, element in value.items()
         )
         if keys_ok and all(
-            key in value or "" in _as_list(values) for key, values in option.items()
+            key in value or (isinstance(answers, list | str) and "" in answers)
+            for key, answers in option.items()
         ):
             return True
     return False
@@ -145,21 +177,48 @@ def _list_of_dicts_matches(value: list[Any], allowed: list[Any]) -> bool:
     return False
 
 
-def argument_is_valid(value: Any, allowed: Any, param_schema: Mapping[str, Any]) -> bool:
-    """Whether one given argument value passes BFCL's checks for its allowed values."""
-    allowed = _as_list(allowed)
-    declared = param_schema.get("type") if isinstance(param_schema, Mapping) else None
-    expected = PYTHON_TYPES.get(declared) if isinstance(declared, str) else None
+def python_types(
+    param_schema: Mapping[str, Any], language: str = "python"
+) -> tuple[type | None, type | None]:
+    """(expected, nested): the Python type of a parameter's value in `language` and, for
+    arrays, of its elements (None where the declared type is unknown or not an array)."""
+    if language not in _TYPE_TABLES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+    table, arrays = _TYPE_TABLES[language]
+    declared, item_type = declared_types(param_schema)
+    expected = table.get(declared) if isinstance(declared, str) else None
     nested = None
-    if declared in ARRAY_TYPES:
-        items = param_schema.get("items")
-        item_type = items.get("type") if isinstance(items, Mapping) else None
-        nested = PYTHON_TYPES.get(item_type) if isinstance(item_type, str) else None
-    if declared in FLOAT_TYPES and type(value) is int:
-        try:
-            value = float(value)  # Python's int -> float conversion, as BFCL allows
-        except OverflowError:
-            return False
+    if declared in arrays:
+        nested = table.get(item_type) if isinstance(item_type, str) else None
+    return expected, nested
+
+
+def _converted(value: Any, param_schema: Mapping[str, Any], language: str) -> Any:
+    """The value BFCL checks: Java/JavaScript strings read by their declared type; Python's
+    int accepted for a float (converted)."""
+    declared, item_type = declared_types(param_schema)
+    if language == "java" and declared in JAVA_TYPES:
+        return java_value(value, declared, item_type)
+    if language == "javascript" and declared in JAVASCRIPT_TYPES:
+        return javascript_value(value, declared, item_type)
+    if language == "python" and declared in FLOAT_TYPES and type(value) is int:
+        return float(value)  # Python's int -> float conversion, as BFCL allows
+    return value
+
+
+def argument_is_valid(
+    value: Any, allowed: Any, param_schema: Mapping[str, Any], language: str = "python"
+) -> bool:
+    """Whether one given argument value passes BFCL's checks for its allowed values
+    (`language`: "python", "java" or "javascript")."""
+    allowed = _as_list(allowed)
+    expected, nested = python_types(param_schema, language)
+    if language != "python" and type(value) is not str:
+        return False  # Java and JavaScript values are given as strings
+    try:
+        value = _converted(value, param_schema, language)
+    except OverflowError:  # an int too large for a float
+        return False
     if expected is None:  # unknown declared type: plain comparison
         return value in allowed
     passes, is_variable = _type_check(value, allowed, expected, nested)
@@ -195,32 +254,52 @@ def _value_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _literal(value: Any, param_schema: Mapping[str, Any], language: str) -> Any:
+    """A Java/JavaScript value written as the string BFCL reads back (Python: the value);
+    the value itself when the type has no literal for it (the call then fails, as in BFCL)."""
+    if language == "python":
+        return value
+    declared, item_type = declared_types(param_schema)
+    write = java_literal if language == "java" else javascript_literal
+    text = write(value, declared, item_type) if isinstance(declared, str) else None
+    return value if text is None else text
+
+
+def _argument_from(answer: Any, schema: Mapping[str, Any], language: str) -> Any:
+    """The argument standing for one allowed answer: a dict parameter's answer is itself a
+    spec {key: [allowed]} (a list-of-dicts parameter's, a list of specs), as BFCL's dict
+    checker reads it, so those are built key by key; Java and JavaScript values are written
+    as the literal string BFCL reads back (`bfcl_languages`)."""
+    expected, nested = python_types(schema, language)
+    if expected is dict and type(answer) is dict:
+        answer = _value_from_spec(answer)
+    elif expected is list and nested is dict and type(answer) is list:
+        answer = [_value_from_spec(spec) if type(spec) is dict else spec for spec in answer]
+    return _literal(answer, schema, language)
+
+
 def reference_arguments(
-    function_schema: Mapping[str, Any] | None, params: Mapping[str, Any]
+    function_schema: Mapping[str, Any] | None,
+    params: Mapping[str, Any],
+    language: str = "python",
 ) -> dict[str, Any]:
-    """Arguments built from a possible answer: each parameter's first allowed value other than
-    "" (parameters whose only allowed value is "" left out). A dict parameter's allowed value
-    is itself a spec {key: [allowed]} (and a list-of-dicts parameter's is a list of specs), as
-    BFCL's dict checker reads it, so those are built key by key."""
-    properties = ((function_schema or {}).get("parameters") or {}).get("properties") or {}
+    """Arguments built from a possible answer: for each parameter, the first allowed value
+    other than "" that BFCL accepts once written as an argument (`_argument_from`), else the
+    first one; a parameter whose only allowed value is "" is left out, unless the schema
+    requires it (then "" is given, which BFCL accepts)."""
+    parameters = (function_schema or {}).get("parameters") or {}
+    properties = parameters.get("properties") or {}
+    required = parameters.get("required") or []
     arguments = {}
     for param, allowed in params.items():
-        found, chosen = _first_allowed(allowed)
-        if not found:
-            continue
         schema = properties.get(param) if isinstance(properties.get(param), Mapping) else {}
-        expected = (
-            PYTHON_TYPES.get(schema.get("type")) if isinstance(schema.get("type"), str) else None
-        )
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
-        item_type = (
-            PYTHON_TYPES.get(items.get("type")) if isinstance(items.get("type"), str) else None
-        )
-        if expected is dict and type(chosen) is dict:
-            chosen = _value_from_spec(chosen)
-        elif expected is list and item_type is dict and type(chosen) is list:
-            chosen = [_value_from_spec(spec) if type(spec) is dict else spec for spec in chosen]
-        arguments[param] = chosen
+        answers = [a for a in _as_list(allowed) if not (type(a) is str and a == "")]
+        candidates = [_argument_from(answer, schema, language) for answer in answers]
+        valid = [c for c in candidates if argument_is_valid(c, allowed, schema, language)]
+        if valid or candidates:
+            arguments[param] = (valid or candidates)[0]
+        elif param in required:
+            arguments[param] = ""
     return arguments
 
 
@@ -242,11 +321,13 @@ def score_call(
     arguments: Any,
     reference_name: str,
     reference_params: Mapping[str, Any],
+    language: str = "python",
 ) -> CallScore:
     """Units right for a call (`name`, `arguments`) against one reference call.
 
     function_schema: the offered function named `reference_name` ({"name", "parameters":
-    {"properties", "required"}}), or None when it is not offered.
+    {"properties", "required"}}), or None when it is not offered. language: how values are
+    read ("python", or "java"/"javascript" for BFCL's typed strings).
     """
     units = 1 + len(reference_params)
     if name != reference_name or not isinstance(arguments, dict):
@@ -258,7 +339,7 @@ def score_call(
     for param, allowed in reference_params.items():
         if param in arguments:
             right += param in properties and argument_is_valid(
-                arguments[param], allowed, properties[param]
+                arguments[param], allowed, properties[param], language
             )
         else:
             right += "" in _as_list(allowed) and param not in required
@@ -299,8 +380,10 @@ def score_calls(
     functions: Sequence[Mapping[str, Any]],
     calls: Sequence[tuple[Any, Any]],
     ground_truth: Sequence[Mapping[str, Mapping[str, Any]]],
+    language: str = "python",
 ) -> CallsScore:
-    """Score calls [(name, arguments), ...] against BFCL ground truth [{name: {param: allowed}}].
+    """Score calls [(name, arguments), ...] against BFCL ground truth [{name: {param: allowed}}]
+    (values read as `language` reads them: see `score_call`).
 
     Unparseable calls can be passed as (None, None): they match nothing but still count.
     First BFCL's pass: each reference, in order, takes the first free call valid for it.
@@ -320,7 +403,7 @@ def score_calls(
 
     for position, (schema, reference_name, reference_params) in enumerate(references):
         for index in free:
-            score = score_call(schema, *calls[index], reference_name, reference_params)
+            score = score_call(schema, *calls[index], reference_name, reference_params, language)
             if score.valid:
                 results[position] = (score, index)
                 free.remove(index)
@@ -330,7 +413,7 @@ def score_calls(
         if results[position] is not None:
             continue
         scored = [
-            (score_call(schema, *calls[index], reference_name, reference_params), index)
+            (score_call(schema, *calls[index], reference_name, reference_params, language), index)
             for index in free
         ]
         if scored:
@@ -345,3 +428,21 @@ def score_calls(
         free
     )  # surplus calls: one wrong unit each
     return CallsScore(right=right, total=total, matches=tuple(index for _, index in results))
+
+
+def reference_calls_text(
+    ground_truth: Sequence[Mapping[str, Mapping[str, Sequence[Any]]]],
+    functions: Sequence[Mapping[str, Any]] = (),
+    language: str = "python",
+) -> str:
+    """The reference call blocks: each parameter's first allowed value other than "" (a
+    parameter whose only allowed value is "" is left out); `functions` (the offered function
+    descriptions) tell which parameters are dicts, whose answers are specs built key by key,
+    and, in Java and JavaScript, how each value is written (`reference_arguments`)."""
+    blocks = []
+    for call in ground_truth:
+        ((name, params),) = call.items()
+        arguments = reference_arguments(function_by_name(functions, name), params, language)
+        call_json = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        blocks.append(f"<tool_call>\n{call_json}\n</tool_call>")
+    return "\n".join(blocks)

@@ -10,12 +10,20 @@ is written in the same format, so one reader serves both.
 Rows: `prompt` (system message with the instructions and the offered functions, then the
 question's messages), `tools` (the offered functions as chat-template tools, JSON text),
 `ground_truth` (BFCL's possible answer, JSON text), `id`.
+
+`load_bfcl_categories` reads BFCL v4's single-turn categories (a data folder, or one
+category's file) with three more columns: `category`, `language` and `functions` (BFCL's own
+function descriptions, which its checker reads; the prompt shows them prepared per language
+as BFCL's prompts do).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +96,8 @@ def _question_messages(question: Any, where: str) -> list[dict[str, str]]:
 def bfcl_row(
     question_row: dict[str, Any], ground_truth: Any, system_prompt: str = SYSTEM_PROMPT
 ) -> dict[str, Any]:
-    """One dataset row from a BFCL question row and its ground truth."""
+    """One dataset row from a BFCL question row and its ground truth (None: the category has
+    no answers, as irrelevance, where the right answer calls nothing; stored as [])."""
     where = f"id {question_row['id']!r}"
     functions = question_row.get("function")
     if not isinstance(functions, list) or not all(
@@ -102,9 +111,36 @@ def bfcl_row(
     return {
         "prompt": [system_message(tools, system_prompt), *messages],
         "tools": json.dumps(tools, ensure_ascii=False),
-        "ground_truth": json.dumps(_check_ground_truth(ground_truth, where), ensure_ascii=False),
+        "ground_truth": json.dumps(
+            [] if ground_truth is None else _check_ground_truth(ground_truth, where),
+            ensure_ascii=False,
+        ),
         "id": str(question_row["id"]),
     }
+
+
+def _answered_questions(
+    questions_path: Path, answers_path: Path | None, limit: int | None = None
+) -> list[tuple[dict[str, Any], Any]]:
+    """(question row, its ground truth) for the first `limit` questions (all when None);
+    answers_path None: the questions have no answers (ground truth None)."""
+    if not questions_path.is_file():
+        raise ValueError(f"questions_path {questions_path} is not a file")
+    questions = read_json_lines(questions_path)[:limit]
+    if not questions:
+        raise ValueError(f"questions_path {questions_path} holds no questions")
+    if answers_path is None:
+        return [(row, None) for row in questions]
+    if not answers_path.is_file():
+        raise ValueError(f"answers_path {answers_path} is not a file")
+    answers = {row["id"]: row.get("ground_truth") for row in read_json_lines(answers_path)}
+    missing = [row["id"] for row in questions if row["id"] not in answers]
+    if missing:
+        raise ValueError(
+            f"answers_path {answers_path} has no answer for id {missing[0]!r}"
+            + (f" (nor for {len(missing) - 1} more ids)" if len(missing) > 1 else "")
+        )
+    return [(row, answers[row["id"]]) for row in questions]
 
 
 def load_bfcl(
@@ -118,24 +154,155 @@ def load_bfcl(
     Raises ValueError naming the first question id that has no answer.
     """
     questions_path = Path(questions_path)
-    if not questions_path.is_file():
-        raise ValueError(f"questions_path {questions_path} is not a file")
     answers_path = (
         Path(answers_path)
         if answers_path
         else questions_path.parent / "possible_answer" / questions_path.name
     )
-    if not answers_path.is_file():
-        raise ValueError(f"answers_path {answers_path} is not a file")
-    answers = {row["id"]: row.get("ground_truth") for row in read_json_lines(answers_path)}
-    questions = read_json_lines(questions_path)
-    missing = [row["id"] for row in questions if row["id"] not in answers]
-    if missing:
-        raise ValueError(
-            f"answers_path {answers_path} has no answer for id {missing[0]!r}"
-            + (f" (nor for {len(missing) - 1} more ids)" if len(missing) > 1 else "")
+    pairs = _answered_questions(questions_path, answers_path)
+    return Dataset.from_list([bfcl_row(row, answer, system_prompt) for row, answer in pairs])
+
+
+# -- BFCL v4's single-turn categories ------------------------------------------------------
+
+# In BFCL's leaderboard order.
+SINGLE_TURN_CATEGORIES = (
+    "simple_python",
+    "simple_java",
+    "simple_javascript",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+    "live_parallel",
+    "live_parallel_multiple",
+    "live_irrelevance",
+    "live_relevance",
+)
+# Categories without answers: the rule is about whether the response calls at all.
+CALL_RULES = {"irrelevance": "none", "live_irrelevance": "none", "live_relevance": "some"}
+CATEGORY_LANGUAGES = {"simple_java": "java", "simple_javascript": "javascript"}
+# BFCL v3's file names of the categories v4 renamed.
+V3_NAMES = {"simple": "simple_python", "java": "simple_java", "javascript": "simple_javascript"}
+_FILE_NAME = re.compile(r"BFCL_v(\d+)_(\w+)\.json")
+
+LANGUAGE_NOTES = {
+    "python": "The function is written in Python 3 syntax.",
+    "java": "The function is written in Java 8 SDK syntax.",
+    "javascript": "The function is written in JavaScript syntax.",
+}
+LANGUAGE_NAMES = {"java": "Java", "javascript": "JavaScript"}
+
+
+def bfcl_category(path: Path) -> tuple[int, str] | None:
+    """(BFCL version, single-turn category) named by a file name such as
+    `BFCL_v4_simple_python.json` (v3's simple/java/javascript read as v4's names), or None."""
+    match = _FILE_NAME.fullmatch(path.name)
+    if match is None:
+        return None
+    name = V3_NAMES.get(match.group(2), match.group(2)) if match.group(1) == "3" else match.group(2)
+    return (int(match.group(1)), name) if name in SINGLE_TURN_CATEGORIES else None
+
+
+def bfcl_category_files(folder: Path) -> dict[str, Path]:
+    """{category: question file} of the single-turn categories in a BFCL data folder (the
+    newest version where several are present), in leaderboard order."""
+    found: dict[str, tuple[int, Path]] = {}
+    for path in folder.glob("BFCL_v*.json"):
+        named = bfcl_category(path)
+        if named is not None and named[0] >= found.get(named[1], (-1, path))[0]:
+            found[named[1]] = (named[0], path)
+    return {name: found[name][1] for name in SINGLE_TURN_CATEGORIES if name in found}
+
+
+def language_hinted(functions: list[dict[str, Any]], language: str) -> list[dict[str, Any]]:
+    """The function descriptions as the prompt shows them, the way BFCL prepares them: each
+    description says the language; in Java and JavaScript every parameter becomes a string
+    holding the value's literal, its description naming the declared type (and the element
+    type of arrays, the entries of JavaScript dicts), as BFCL's checker expects."""
+    hinted = copy.deepcopy(functions)
+    for function in hinted:
+        function["description"] = f"{function.get('description', '')} {LANGUAGE_NOTES[language]}"
+        if language == "python":
+            continue
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        name = LANGUAGE_NAMES[language]
+        for schema in properties.values():
+            declared = schema.get("type")
+            note = (
+                f"Any {name} object, given as a string holding its {name} representation."
+                if declared == "any"
+                else f"A {name} {declared}, given as a string holding its {name} literal."
+            )
+            items = schema.pop("items", None)
+            if isinstance(items, dict) and "type" in items:
+                note += f" Its elements are of type {items['type']}."
+            entries = schema.pop("properties", None) if declared == "dict" else None
+            if entries:
+                note += f" Its entries: {json.dumps(entries, ensure_ascii=False)}."
+            schema["description"] = f"{schema.get('description', '')} {note}".strip()
+            schema["type"] = "string"
+    return hinted
+
+
+def bfcl_category_row(
+    question_row: dict[str, Any], ground_truth: Any, category: str, system_prompt: str
+) -> dict[str, Any]:
+    """A BFCL row with the benchmark's columns: the prompt offers the functions as BFCL's
+    prompts do (`language_hinted`); `functions` keeps BFCL's own descriptions (JSON text), the
+    ones its checker reads, with `category` and `language`."""
+    language = CATEGORY_LANGUAGES.get(category, "python")
+    functions = question_row.get("function")
+    hinted = dict(question_row)
+    if isinstance(functions, list) and all(isinstance(f, dict) for f in functions):
+        hinted["function"] = language_hinted(functions, language)
+    row = bfcl_row(hinted, ground_truth, system_prompt)
+    row.update(
+        category=category,
+        language=language,
+        functions=json.dumps(functions, ensure_ascii=False),
+    )
+    return row
+
+
+def load_bfcl_categories(
+    path: str | Path,
+    categories: Sequence[str] | None = None,
+    max_examples: int | None = None,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> Dataset | None:
+    """BFCL's single-turn categories at `path`: a data folder (the `categories` present, by
+    default all of `SINGLE_TURN_CATEGORIES` there) or one category's question file; the
+    first `max_examples` questions of each. None when `path` is a file whose name is not a
+    BFCL category's. Answers are read from `possible_answer/<same file name>`, except for the
+    categories of `CALL_RULES`, which have none."""
+    path = Path(path)
+    if path.is_dir():
+        files = bfcl_category_files(path)
+        if not files:
+            raise ValueError(f"{path} holds no BFCL single-turn file (BFCL_v4_<category>.json)")
+    else:
+        named = bfcl_category(path)
+        if named is None:
+            return None
+        files = {named[1]: path}
+    if categories:
+        unknown = [name for name in categories if name not in files]
+        if unknown:
+            raise ValueError(
+                f"categories {', '.join(unknown)} are not in {path} "
+                f"(it has {', '.join(files) or 'none'})"
+            )
+        files = {name: file for name, file in files.items() if name in categories}
+    rows = []
+    for category, questions_path in files.items():
+        answers_path = (
+            None
+            if category in CALL_RULES
+            else questions_path.parent / "possible_answer" / questions_path.name
         )
-    rows = [bfcl_row(row, answers[row["id"]], system_prompt) for row in questions]
-    if not rows:
-        raise ValueError(f"questions_path {questions_path} holds no questions")
+        for question, answer in _answered_questions(questions_path, answers_path, max_examples):
+            rows.append(bfcl_category_row(question, answer, category, system_prompt))
     return Dataset.from_list(rows)

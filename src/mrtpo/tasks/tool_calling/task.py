@@ -17,8 +17,9 @@ from typing import Any
 
 from datasets import Dataset
 
-from mrtpo.tasks.base import Task
-from mrtpo.tasks.tool_calling.bfcl import function_by_name, reference_arguments, score_calls
+from mrtpo.tasks.base import Benchmark, Task
+from mrtpo.tasks.tool_calling.bfcl import reference_calls_text, score_calls
+from mrtpo.tasks.tool_calling.bfcl_categories import checked_functions, load_benchmark
 from mrtpo.tasks.tool_calling.data import BUNDLED_DIR, load_bfcl
 from mrtpo.tasks.tool_calling.json_spans import Span, merge_spans
 from mrtpo.tasks.tool_calling.prompt import SYSTEM_PROMPT, tool_functions
@@ -136,24 +137,10 @@ class ToolCallCorrectness(Verifier):
         response = parse_response(completion)
         if not response.blocks:
             return Verdict(score=0.0, info=info, spans=())
-        result = score_calls(offered_functions(example), response.calls, reference)
+        # BFCL's own descriptions and language where the row has them (simple_java, ...).
+        functions, language = checked_functions(example)
+        result = score_calls(functions, response.calls, reference, language)
         return Verdict(score=result.score, info=info, spans=tuple(_argument_spans(response)))
-
-
-def reference_calls_text(
-    ground_truth: Sequence[Mapping[str, Mapping[str, Sequence[Any]]]],
-    functions: Sequence[Mapping[str, Any]] = (),
-) -> str:
-    """The reference call blocks: each parameter's first allowed value other than "" (a
-    parameter whose only allowed value is "" is left out); `functions` (the offered function
-    descriptions) tell which parameters are dicts, whose answers are specs built key by key."""
-    blocks = []
-    for call in ground_truth:
-        ((name, params),) = call.items()
-        arguments = reference_arguments(function_by_name(functions, name), params)
-        call_json = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-        blocks.append(f"<tool_call>\n{call_json}\n</tool_call>")
-    return "\n".join(blocks)
 
 
 class ToolCallingTask(Task):
@@ -182,7 +169,18 @@ class ToolCallingTask(Task):
         return [ToolCallFormat(), ToolCallCorrectness()]
 
     def reference_completion(self, example: Mapping[str, Any]) -> str | None:
-        return reference_calls_text(ground_truth_calls(example), offered_functions(example))
+        return reference_calls_text(ground_truth_calls(example), *checked_functions(example))
+
+    def benchmark(
+        self,
+        path: str,
+        split: str = "test",
+        categories: Sequence[str] | None = None,
+        max_examples: int | None = None,
+    ) -> Benchmark | None:
+        """BFCL v4's single-turn categories at `path` (its data folder, or one category's
+        file): per-category accuracy and the leaderboard's summary rows (`bfcl_categories`)."""
+        return load_benchmark(path, categories, max_examples, self.system_prompt)
 
     def headline(self, verdicts: Sequence[Sequence[Verdict]]) -> dict[str, float]:
         """call accuracy: share of rows whose calls are fully correct (tool_correctness == 1);
