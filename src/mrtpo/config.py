@@ -1,0 +1,154 @@
+"""`MRTPOConfig`: TRL's `GRPOConfig` plus the advantage estimator, the replay and the reward
+weighting. Every field is a `mrtpo train` flag and a recipe key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from mrtpo import advantages
+
+ESTIMATORS = tuple(advantages.ESTIMATORS)  # "mrtpo", "gdpo", "grpo"
+WEIGHTINGS = tuple(advantages.WEIGHTINGS)  # "static", "saw"
+REPLAY_MODES = ("leave_one_out", "add_one")
+
+
+@dataclass
+class MRTPOConfig(GRPOConfig):
+    """`GRPOConfig` plus MRTPO's settings. Every field is a `TrlParser` flag.
+
+    `advantage_estimator` decides TRL's `multi_objective_aggregation`: "grpo" is
+    "sum_then_normalize", "gdpo" and "mrtpo" are "normalize_then_sum" (MRTPO is GDPO with each
+    reward's advantage re-allocated among tokens).
+
+    `reward_weighting="saw"` refuses `reward_weights`: SAW's per-step weights are the choice of
+    c_k (its authors' estimators have no other coefficient, so a product would have no published
+    counterpart), and under GDPO and MRTPO a fixed factor would only tilt SAW's ratios by a
+    hand-set preference, which is what SAW replaces (docs/SAW.md).
+    """
+
+    advantage_estimator: str = field(
+        default="mrtpo",
+        metadata={
+            "help": "How advantages are computed: 'mrtpo' (each reward's advantage goes to its relevant "
+            "tokens), 'gdpo' (normalize each reward per group, sum, normalize over the batch) or 'grpo' "
+            "(sum the rewards, normalize per group).",
+            "choices": list(ESTIMATORS),
+        },
+    )
+    reward_weighting: str = field(
+        default="static",
+        metadata={
+            "help": "The reward weights c_k: 'static' (reward_weights, all 1 by default) or 'saw' "
+            "(SAW, arXiv 2606.07705: each step, every reward's coefficient of variation over the "
+            "batch, rescaled to sum to K; refuses reward_weights).",
+            "choices": list(WEIGHTINGS),
+        },
+    )
+    saw_reward_shifts: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "SAW only: one value per reward added before its statistics (a reward that "
+            "can be negative: its lower bound); default 0. The rewards themselves are unchanged."
+        },
+    )
+    mrtpo_beta: float = field(
+        default=0.5,
+        metadata={"help": "MRTPO weighting strength beta in [0, 1]; 0 gives GDPO on every token."},
+    )
+    mrtpo_warmup_steps: int = field(
+        default=10,
+        metadata={
+            "help": "Optimizer steps over which beta ramps from 0 (smoothstep); 0 = no warm-up."
+        },
+    )
+    replay_mode: str = field(
+        default="leave_one_out",
+        metadata={
+            "help": "Replay contexts: 'leave_one_out' (all information vs. all but reward k) or 'add_one' "
+            "(bare prompt vs. prompt plus reward k's information).",
+            "choices": list(REPLAY_MODES),
+        },
+    )
+    replay_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Replay contexts (K + 1 per response) run per forward pass; default: mrtpo.relevance's own."
+        },
+    )
+    replay_chunk_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Response positions per JS-distance chunk; default: mrtpo.relevance's own default."
+        },
+    )
+    shuffle_token_weights: bool = field(
+        default=False,
+        metadata={"help": "Ablation: permute each response's token weights among its own tokens."},
+    )
+    credit_map_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Write credit maps of the lowest- and highest-reward rows every N steps (0: never)."
+        },
+    )
+    logging_steps: float = field(
+        default=1,
+        metadata={
+            "help": "Log every N steps (metrics.jsonl gets one line per log). MRTPO default: 1."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.advantage_estimator not in ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator must be one of {', '.join(ESTIMATORS)}, got {self.advantage_estimator!r}"
+            )
+        self._check_reward_weighting()
+        if not 0.0 <= self.mrtpo_beta <= 1.0:
+            raise ValueError(f"mrtpo_beta must be in [0, 1], got {self.mrtpo_beta!r}")
+        if self.mrtpo_warmup_steps < 0:
+            raise ValueError(f"mrtpo_warmup_steps must be >= 0, got {self.mrtpo_warmup_steps!r}")
+        if self.replay_mode not in REPLAY_MODES:
+            raise ValueError(
+                f"replay_mode must be one of {', '.join(REPLAY_MODES)}, got {self.replay_mode!r}"
+            )
+        for name in ("replay_batch_size", "replay_chunk_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 (or unset), got {value!r}")
+        if self.credit_map_steps < 0:
+            raise ValueError(
+                f"credit_map_steps must be >= 0 (0 = off), got {self.credit_map_steps!r}"
+            )
+        # The estimator decides TRL's aggregation; GRPOConfig's default is "sum_then_normalize", so
+        # the only visible contradiction is GDPO's aggregation requested with GRPO.
+        if not advantages.get_estimator(self.advantage_estimator).normalizes_each_reward:
+            if self.multi_objective_aggregation == "normalize_then_sum":
+                raise ValueError(
+                    "multi_objective_aggregation='normalize_then_sum' is GDPO; with "
+                    f"advantage_estimator={self.advantage_estimator!r} leave it at "
+                    "'sum_then_normalize' (or use advantage_estimator='gdpo')"
+                )
+        else:
+            self.multi_objective_aggregation = "normalize_then_sum"
+        super().__post_init__()
+
+    def _check_reward_weighting(self) -> None:
+        if self.reward_weighting not in WEIGHTINGS:
+            raise ValueError(
+                f"reward_weighting must be one of {', '.join(WEIGHTINGS)}, got {self.reward_weighting!r}"
+            )
+        weighting = advantages.get_weighting(self.reward_weighting)
+        if weighting.per_step and self.reward_weights is not None:
+            raise ValueError(
+                f"reward_weighting={self.reward_weighting!r} computes the reward weights every "
+                f"step and refuses reward_weights (got {self.reward_weights!r}): leave "
+                "reward_weights unset, or use reward_weighting='static'"
+            )
+        if not weighting.per_step and self.saw_reward_shifts is not None:
+            raise ValueError(
+                "saw_reward_shifts shift the rewards for SAW's statistics; with "
+                f"reward_weighting={self.reward_weighting!r} leave them unset"
+            )
