@@ -136,7 +136,8 @@ class InstructionFollowingBenchmark(Benchmark):
 
 
 def benchmark_name(instruction_ids: Sequence[str]) -> str:
-    """ "IFEval" or "IFBench" when every id is that benchmark's, else "IFEval/IFBench"."""
+    """The table's name for a file with these ids: IFEval or IFBench when every id is that
+    benchmark's, else IFEval/IFBench."""
     if all(i in IFBENCH_CHECKERS for i in instruction_ids):
         return "IFBench"
     if all(i in CHECKERS for i in instruction_ids):
