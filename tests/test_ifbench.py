@@ -1,5 +1,5 @@
 """IFBench in the instructions task: its file loads, its ids verify as slots, its arguments are
-checked, its report (strict and loose, per id) is what `mrtpo eval` writes."""
+checked, its benchmark (strict and loose, per id) is what `mrtpo eval` and `mrtpo score` report."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from test_ifbench_agreement import CASES
 
 from mrtpo import cli
+from mrtpo.evaluation import score_responses
 from mrtpo.tasks.instructions import (
     INSTRUCTION_LEVEL,
     INSTRUCTION_LEVEL_LOOSE,
@@ -20,7 +21,6 @@ from mrtpo.tasks.instructions import (
     TASK,
     ConstraintSlot,
     build_constraint,
-    following_report,
     load_ifbench,
     load_ifeval,
 )
@@ -119,27 +119,11 @@ ROWS = (
 )
 
 
-def test_following_report_counts_prompts_and_instructions_strict_and_loose():
-    completions = ["No commas and 1 number", LOOSE_ONLY, "**bold** text"]
-    report = following_report(
-        completions, [ids for ids, _ in ROWS], [encode_kwargs(k) for _, k in ROWS]
-    )
-    assert report["headline"] == {
-        PROMPT_LEVEL: 1 / 3,
-        INSTRUCTION_LEVEL: 2 / 4,
-        PROMPT_LEVEL_LOOSE: 2 / 3,
-        INSTRUCTION_LEVEL_LOOSE: 3 / 4,
-    }
-    assert report["per_instruction"] == {
-        "count:numbers": {"count": 1, "strict": 1.0, "loose": 1.0},
-        "format:no_whitespace": {"count": 1, "strict": 0.0, "loose": 0.0},
-        "punctuation:no_comma": {"count": 2, "strict": 0.5, "loose": 1.0},
-    }
-    with pytest.raises(ValueError, match="one row per completion: 2 completions"):
-        following_report(completions[:2], [ids for ids, _ in ROWS], [k for _, k in ROWS])
+HAND_MADE = ["No commas and 1 number", LOOSE_ONLY, "**bold** text"]
 
 
-def test_eval_on_an_ifbench_file_reports_loose_and_per_id(tiny_model_dir, tmp_path, capsys):
+@pytest.fixture
+def rows_path(tmp_path):
     path = tmp_path / "ifbench.jsonl"
     path.write_text(
         "".join(
@@ -150,19 +134,96 @@ def test_eval_on_an_ifbench_file_reports_loose_and_per_id(tiny_model_dir, tmp_pa
             for n, (ids, k) in enumerate(ROWS)
         )
     )
+    return path
+
+
+def four_numbers(benchmark_report):
+    return {row["name"]: row["accuracy"] for row in benchmark_report["summary"]}
+
+
+def per_id(benchmark_report):
+    return {
+        group["name"]: {
+            "count": group["examples"],
+            "strict": group["accuracy"],
+            "loose": group["loose_accuracy"],
+        }
+        for group in benchmark_report["groups"]
+    }
+
+
+def test_the_benchmark_counts_prompts_and_instructions_strict_and_loose(rows_path):
+    benchmark = TASK.benchmark(str(rows_path))
+    assert (
+        benchmark.title == f"IFEval/IFBench: {rows_path}" and benchmark.group_by == "instruction id"
+    )
+    assert benchmark.dataset["id"] == ["0", "1", "2"]
+    report = score_responses(TASK, benchmark.dataset.to_list(), HAND_MADE, benchmark=benchmark)
+    assert four_numbers(report["benchmark"]) == {
+        PROMPT_LEVEL: 1 / 3,
+        INSTRUCTION_LEVEL: 2 / 4,
+        PROMPT_LEVEL_LOOSE: 2 / 3,
+        INSTRUCTION_LEVEL_LOOSE: 3 / 4,
+    }
+    assert per_id(report["benchmark"]) == {
+        "count:numbers": {"count": 1, "strict": 1.0, "loose": 1.0},
+        "format:no_whitespace": {"count": 1, "strict": 0.0, "loose": 0.0},
+        "punctuation:no_comma": {"count": 2, "strict": 0.5, "loose": 1.0},
+    }
+    verdicts = report["examples"][1]["verdicts"]
+    assert verdicts["prompt_strict"] == {
+        "score": 0.0,
+        "info": "strict: not followed: punctuation:no_comma",
+    }
+    assert verdicts["prompt_loose"]["score"] == 1.0
+    assert verdicts["instruction_1_strict"]["score"] is None  # the row has one instruction
+    assert TASK.benchmark(str(rows_path), max_examples=2).dataset["id"] == ["0", "1"]
+    assert TASK.benchmark(str(rows_path.parent)) is None  # a folder is not an IFEval file
+    with pytest.raises(ValueError, match="IFEval and IFBench have none, got \\['simple'\\]"):
+        TASK.benchmark(str(rows_path), categories=["simple"])
+
+
+def test_score_gives_the_four_numbers_of_hand_made_responses(rows_path, tmp_path, capsys):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text(
+        "".join(
+            json.dumps({"id": str(n), "response": text}) + "\n" for n, text in enumerate(HAND_MADE)
+        )
+    )
+    out = tmp_path / "score"
+    argv = ["score", "--task", "instructions", "--data", str(rows_path)]
+    argv += ["--responses", str(answers), "--output_dir", str(out)]
+    assert cli.main(argv) == 0
+    report = json.loads((out / "eval.json").read_text())
+    assert four_numbers(report["benchmark"]) == {
+        PROMPT_LEVEL: 1 / 3,
+        INSTRUCTION_LEVEL: 2 / 4,
+        PROMPT_LEVEL_LOOSE: 2 / 3,
+        INSTRUCTION_LEVEL_LOOSE: 3 / 4,
+    }
+    assert per_id(report["benchmark"])["punctuation:no_comma"]["loose"] == 1.0
+    printed = capsys.readouterr().out
+    assert f"IFEval/IFBench: {rows_path}" in printed
+    assert "prompt-level loose accuracy" in printed and "66.67" in printed
+
+
+def test_eval_on_an_ifbench_file_reports_loose_and_per_id(
+    rows_path, tiny_model_dir, tmp_path, capsys
+):
     out = tmp_path / "eval"
-    argv = ["eval", "--task", "instructions", "--data", str(path), "--output_dir", str(out)]
+    argv = ["eval", "--task", "instructions", "--data", str(rows_path), "--output_dir", str(out)]
     argv += ["--model_name_or_path", str(tiny_model_dir), "--max_new_tokens", "4"]
     assert cli.main(argv) == 0
     report = json.loads((out / "eval.json").read_text())
-    assert set(report["headline"]) == {
+    numbers = four_numbers(report["benchmark"])
+    assert set(numbers) == {
         PROMPT_LEVEL,
         INSTRUCTION_LEVEL,
         PROMPT_LEVEL_LOOSE,
         INSTRUCTION_LEVEL_LOOSE,
     }
-    assert report["headline"][PROMPT_LEVEL] <= report["headline"][PROMPT_LEVEL_LOOSE]
-    assert {i: v["count"] for i, v in report["per_instruction"].items()} == {
+    assert numbers[PROMPT_LEVEL] <= numbers[PROMPT_LEVEL_LOOSE]
+    assert {i: v["count"] for i, v in per_id(report["benchmark"]).items()} == {
         "count:numbers": 1,
         "format:no_whitespace": 1,
         "punctuation:no_comma": 2,

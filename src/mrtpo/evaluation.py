@@ -7,10 +7,10 @@ the dataset rows they answer (nothing of the model). `evaluate` runs one after t
 `run_score` all of `mrtpo score` (load, read the answers, score, write, print).
 
 Benchmark data: when `--data` is a benchmark the task knows (`Task.benchmark`: BFCL's folder for
-tool calling, Spider's or BIRD's for SQL; the hook any task can implement, e.g. IFEval for
-instructions), the rows come from the benchmark, its own verifiers judge every response
-beside the task's, and its `summarize` gives the table (per category or database, and the
-summary rows). Otherwise the table holds each verifier's mean and the task's headline.
+tool calling, Spider's or BIRD's for SQL, an IFEval or IFBench file for instructions), the rows
+come from the benchmark, its own verifiers judge every response beside the task's, and its
+`summarize` gives the table (per category, database or instruction id, and the summary rows).
+Otherwise the table holds each verifier's mean and the task's headline.
 """
 
 from __future__ import annotations
@@ -163,12 +163,6 @@ def score_responses(
         "verifiers": summary,
         "headline": task.headline([line[:n_task] for line in verdicts_by_example]),
     }
-    # Instruction following also reports IFEval's/IFBench's loose mode and per-id accuracy.
-    following_report = getattr(task, "following_report", None)
-    if following_report is not None:
-        following = following_report(list(completions), columns)
-        result["headline"] = {**result["headline"], **following["headline"]}
-        result["per_instruction"] = following["per_instruction"]
     if benchmark is not None:
         result["benchmark"] = {
             "title": benchmark.title,

@@ -10,7 +10,7 @@ constraint.
 - `loader`: `load_ifeval(path)` and `load_ifbench(path)` for IFEval/IFBench-shaped JSONL (the
   bundled data too);
 - `metrics`: what IFEval and IFBench report (prompt- and instruction-level accuracy, strict
-  and loose, and per instruction id);
+  and loose, and per instruction id), as the benchmark `InstructionsTask.benchmark` gives;
 - bundled prompts: `src/mrtpo/data/instructions/{train,test}.jsonl`, made by
   `python scripts/build_data/instructions.py`.
 
@@ -40,7 +40,8 @@ from mrtpo.tasks.instructions.loader import load_ifbench, load_ifeval
 from mrtpo.tasks.instructions.metrics import (
     INSTRUCTION_LEVEL_LOOSE,
     PROMPT_LEVEL_LOOSE,
-    following_report,
+    InstructionFollowingBenchmark,
+    load_following_benchmark,
 )
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.tasks.instructions.task import (
@@ -64,9 +65,10 @@ __all__ = [
     "TASK",
     "Constraint",
     "ConstraintSlot",
+    "InstructionFollowingBenchmark",
     "InstructionsTask",
     "build_constraint",
-    "following_report",
     "load_ifbench",
+    "load_following_benchmark",
     "load_ifeval",
 ]

@@ -47,4 +47,8 @@ class ConstraintSlot(Verifier):
         constraint = row_constraint(example, self.index)
         if constraint is None:
             return Verdict(None, "")
+        return self.judge(constraint, completion)
+
+    def judge(self, constraint: Constraint, completion: str) -> Verdict:
+        """The verdict on a row's constraint (strict mode; a subclass may judge otherwise)."""
         return constraint.check(completion)

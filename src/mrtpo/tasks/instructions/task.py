@@ -11,9 +11,13 @@ from typing import Any
 
 from datasets import Dataset
 
-from mrtpo.tasks.base import Task
+from mrtpo.tasks.base import Benchmark, Task
 from mrtpo.tasks.instructions.loader import SYSTEM_PROMPT, load_ifeval
-from mrtpo.tasks.instructions.metrics import INSTRUCTION_LEVEL, PROMPT_LEVEL, following_report
+from mrtpo.tasks.instructions.metrics import (
+    INSTRUCTION_LEVEL,
+    PROMPT_LEVEL,
+    load_following_benchmark,
+)
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.verifiers import Verdict
 
@@ -73,14 +77,24 @@ class InstructionsTask(Task):
         instruction_level = sum(all_scores) / len(all_scores) if all_scores else 0.0
         return {PROMPT_LEVEL: prompt_level, INSTRUCTION_LEVEL: instruction_level}
 
-    def following_report(
-        self, completions: Sequence[str], columns: Mapping[str, Sequence[Any]]
-    ) -> dict[str, Any]:
-        """IFEval's and IFBench's report (`metrics.following_report`) over every instruction of
-        each row, not only the first `max_constraints`: {"headline": prompt- and
-        instruction-level accuracy, strict and loose; "per_instruction": per id}. `columns`
-        are the dataset's, one value per completion."""
-        return following_report(completions, columns["instruction_id_list"], columns["kwargs"])
+    def benchmark(
+        self,
+        path: str,
+        split: str = "test",
+        categories: Sequence[str] | None = None,
+        max_examples: int | None = None,
+    ) -> Benchmark | None:
+        """The IFEval or IFBench JSONL file at `path`: the four accuracies IFEval and IFBench
+        report (prompt- and instruction-level, strict and loose) and per-id accuracy over every
+        instruction of each row, not only the first `max_constraints` (`metrics`); None for a
+        folder."""
+        if not Path(path).is_file():
+            return None
+        if categories:
+            raise ValueError(
+                f"categories are BFCL's; IFEval and IFBench have none, got {list(categories)}"
+            )
+        return load_following_benchmark(path, max_examples, self.system_prompt)
 
 
 TASK = InstructionsTask()
