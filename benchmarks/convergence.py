@@ -74,13 +74,17 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     """`NAME=JSON` (a JSON object of MRTPOConfig overrides) -> (name, overrides)."""
     name, separator, overrides = text.partition("=")
     if not separator or not name.strip():
-        raise ValueError(f"--variant must be NAME=JSON, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--variant must be NAME=JSON, got {text!r}")
     try:
         parsed = json.loads(overrides)
     except json.JSONDecodeError as error:
-        raise ValueError(f"--variant {name}: the overrides are not JSON ({error})") from None
+        raise argparse.ArgumentTypeError(
+            f"--variant {name}: the overrides are not JSON ({error})"
+        ) from None
     if not isinstance(parsed, dict):
-        raise ValueError(f"--variant {name}: the overrides must be a JSON object, got {overrides}")
+        raise argparse.ArgumentTypeError(
+            f"--variant {name}: the overrides must be a JSON object, got {overrides}"
+        )
     return name.strip(), parsed
 
 
@@ -92,7 +96,7 @@ def parse_seeds_for(text: str) -> tuple[str, list[int]]:
     except ValueError:
         parsed = []
     if not separator or not parsed:
-        raise ValueError(f"--seeds_for must be METHOD=0,1,2, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--seeds_for must be METHOD=0,1,2, got {text!r}")
     return name.strip(), parsed
 
 

@@ -47,7 +47,7 @@ import torch
 from mrtpo import tasks
 from mrtpo.advantages import shuffle_weights
 from mrtpo.credit.map import CreditMap
-from mrtpo.credit.replay import replay_rows, verify_rows
+from mrtpo.credit.replay import replay_rows, reward_types, verify_rows
 from mrtpo.models import DEFAULT_MODEL
 from mrtpo.verifiers import Verdict
 
@@ -520,7 +520,7 @@ class ErrorKind:
 
     @property
     def description(self) -> str:
-        return (self.inject.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+        return " ".join((self.inject.__doc__ or "").split("\n\n")[0].split())
 
 
 # Each task's injectors; an error kind is named after its injector, less the task prefix.
@@ -586,6 +586,13 @@ class Injected:
     candidate: Candidate
     names: list[str]
     verdicts: list[Verdict]
+    # What each reward checks on this row (`mrtpo.credit.replay.reward_types`): the names, but
+    # for instruction following the constraint of each slot ("punctuation:no_comma").
+    types: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.types is None:
+            self.types = list(self.names)
 
 
 def collect_injections(
@@ -614,7 +621,9 @@ def collect_injections(
         for candidate in candidates:
             after = verify_rows(verifiers, [candidate.text], [row])[0]
             if flips_as_intended(candidate, names, before, after):
-                kept.append(Injected(task.name, kind.name, dict(row), candidate, names, after))
+                types = reward_types(verifiers, row)
+                item = Injected(task.name, kind.name, dict(row), candidate, names, after, types)
+                kept.append(item)
                 break
         else:
             counts["no_intended_flip"] += 1
@@ -671,6 +680,11 @@ def measure(
             for name, keep in zip(injected.names, applicable, strict=True)
             if keep and name not in candidate.drops
         ],
+        "types": {
+            name: kind
+            for name, kind, keep in zip(injected.names, injected.types, applicable, strict=True)
+            if keep
+        },
         "tokens": int(len(in_span)),
         "span_tokens": int(in_span.sum()),
         "ratios": response_ratios(distance, in_span, injected.names, applicable),
@@ -724,7 +738,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "task": task,
                 "kind": kind,
                 "mode": mode,
-                "failing": group[0]["target"],
+                "failing": group[0]["types"][group[0]["target"]],
                 "n": len(target),
                 "undefined": len(group) - len(target),
                 "span_share": float(np.mean([r["span_tokens"] / r["tokens"] for r in group])),
@@ -743,13 +757,14 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def per_reward_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (task, kind, mode, reward): its role (failing, also failing, unconcerned),
-    n, median ratio and share above 1."""
+    """One row per (task, kind, mode, reward type): its role (failing, also failing,
+    unconcerned), n, median ratio and share above 1. Types, not names: an instruction slot
+    checks a different constraint on each row."""
     groups: dict[tuple[str, str, str, str], list[float]] = {}
     roles: dict[tuple[str, str, str, str], str] = {}
     for record in records:
         for name, ratio in record["ratios"].items():
-            key = (record["task"], record["kind"], record["mode"], name)
+            key = (record["task"], record["kind"], record["mode"], record["types"][name])
             groups.setdefault(key, [])
             if ratio is not None:
                 groups[key].append(ratio)
@@ -760,18 +775,22 @@ def per_reward_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 if name in record["drops"]
                 else "unconcerned"
             )
+    order = {key[:3]: index for index, key in reversed(list(enumerate(groups)))}
+    ranks = {"failing": 0, "also failing": 1, "unconcerned": 2}
+    keys = sorted(groups, key=lambda key: (order[key[:3]], ranks[roles[key]], key[3]))
     return [
         {
             "task": task,
             "kind": kind,
             "mode": mode,
-            "reward": name,
-            "role": roles[(task, kind, mode, name)],
+            "reward": reward,
+            "role": roles[(task, kind, mode, reward)],
             "n": len(values),
             "median": _median(values),
             "above_one": _above_one(values),
         }
-        for (task, kind, mode, name), values in groups.items()
+        for task, kind, mode, reward in keys
+        for values in [groups[(task, kind, mode, reward)]]
     ]
 
 
@@ -822,9 +841,10 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     """One panel per replay mode: per error kind, the failing reward's median ratio (with its
     quartiles), the unconcerned rewards' and the shuffled failing reward's; log scale."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     modes = list(dict.fromkeys(row["mode"] for row in rows))
-    figure = Figure(figsize=(12, 4.2 * len(modes)), dpi=110)
+    figure = Figure(figsize=(13, 4.6 * len(modes)), dpi=110)
     for index, mode in enumerate(modes):
         axes = figure.add_subplot(len(modes), 1, index + 1)
         here = [row for row in rows if row["mode"] == mode]
@@ -842,11 +862,15 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
                 axes.vlines(position - 0.2, low, high, color="tab:red", alpha=0.5)
         axes.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         axes.set_yscale("log")
-        axes.set_xticks(x, [f"{row['task']}\n{row['kind']}" for row in here], fontsize=7)
+        labels = [f"{row['task']}: {row['kind']}" for row in here]
+        axes.set_xticks(x, labels, fontsize=7, rotation=25, ha="right")
+        axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.tick_params(axis="y", which="minor", labelsize=6)
         axes.set_ylabel("distance share / token share")
         axes.set_title(f"Injected errors, replay mode {mode} (median over responses; bar: IQR)")
         axes.grid(alpha=0.3, axis="y")
-        axes.legend(fontsize="small", loc="upper right")
+        axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     figure.tight_layout()
     figure.savefig(path, format="png")
 
@@ -909,6 +933,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="row order and shuffles")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--report", action="store_true", help="only rewrite the tables and figure from --out's JSON"
+    )
     args = parser.parse_args(argv)
     if args.n < 1:
         raise SystemExit(f"--n must be >= 1, got {args.n}")
@@ -940,7 +967,10 @@ def run(args: argparse.Namespace, model: Any = None, tokenizer: Any = None) -> d
         for task_name in args.tasks:
             batch = [item for item in injected if item.task == task_name]
             if batch:
+                began = time.perf_counter()
                 records += replay_injected(model, tokenizer, batch, mode, args.seed)
+                seconds = time.perf_counter() - began
+                print(f"{mode}, {task_name}: {len(batch)} responses in {seconds:.0f} s", flush=True)
     return {
         "command": "",
         "model": args.model_name_or_path,
@@ -953,33 +983,53 @@ def run(args: argparse.Namespace, model: Any = None, tokenizer: Any = None) -> d
     }
 
 
+LEGEND = """Medians over the responses of each error kind. *ratio*: the share of the failing
+reward's replay distance on the injected span's tokens over the span's share of the response's
+tokens (1 = uniform; *> 1*: the share of responses above 1). *unconcerned*: the same for the
+rewards whose verdict the error does not change (mean per response). *specificity*: failing
+minus unconcerned, per response. *ranks first*: the failing reward's ratio is the largest of
+the response's rewards. *shuffled*: the failing reward's distances permuted within the response
+(one permutation: the shuffle ablation's null). "–": no reward the error leaves alone.
+"""
+
+
 def write_outputs(result: dict[str, Any], out: Path) -> None:
     """`localization.json`, `localization.md` and `localization.png` into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "localization.json").write_text(json.dumps(result, indent=1))
     counts = "\n".join(
-        f"- {name}: {count['kept']} kept of {count['rows']} rows tried "
-        f"({count['not_applicable']} not applicable, {count['no_intended_flip']} without the "
-        f"intended verdict change, {count['no_reference']} without a reference response: for "
-        f"instructions, rows with a constraint the builder does not support or cannot meet); "
-        f"{result['kinds'][name]}"
+        f"- {name}: {result['kinds'][name]} {count['kept']} kept of {count['rows']} rows tried "
+        f"({count['not_applicable']} not applicable, {count['no_reference']} without a "
+        f"reference, {count['no_intended_flip']} without the intended verdict change)."
         for name, count in result["counts"].items()
     )
     (out / "localization.md").write_text(
         f"# Localization of injected errors\n\n    {result['command']}\n\n"
         f"Model: {result['model']}; {result['seconds']:.0f} s.\n\n"
+        + LEGEND
+        + "\n"
         + summary_markdown(result["summary"])
         + "\n## Every reward\n\n"
         + per_reward_markdown(result["per_reward"])
         + "\n## Injections\n\n"
         + counts
-        + "\n"
+        + "\n\nInstruction following has no reference responses: one is built per row whose "
+        "constraints are all of the kinds the builder knows and can meet together "
+        "(`build_instruction_response`); the other rows count as without a reference." + "\n"
     )
     plot(result["summary"], out / "localization.png")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.report:  # the tables and the figure again, from the records alone
+        result = json.loads((args.out / "localization.json").read_text())
+        result.update(summary=summarize(result["records"]), per_reward=per_reward_rows(result["records"]))  # fmt: skip
+        write_outputs(result, args.out)
+        print(
+            f"wrote {args.out / 'localization.md'} and .png from {args.out / 'localization.json'}"
+        )
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     result = run(args)

@@ -4,6 +4,7 @@ from results files alone (steps to 0.8 with "not reached", median/IQR, seeded bo
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -45,9 +46,9 @@ def test_methods_differ_only_by_their_overrides(tmp_path):
 def test_bad_variants_and_methods_are_refused(tmp_path):
     with pytest.raises(SystemExit, match="unknown method"):
         convergence.parse_args(study_args(tmp_path, "--methods", "nope"))
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
         convergence.parse_variant("x={bad")
-    with pytest.raises(ValueError, match="NAME=JSON"):
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=JSON"):
         convergence.parse_variant("just-a-name")
     args = convergence.parse_args(
         study_args(tmp_path, "--methods", "odd", "--variant", 'odd={"no_such_field": 1}')

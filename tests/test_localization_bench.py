@@ -123,13 +123,16 @@ def test_span_ratio_on_hand_made_distances():
 
 
 def hand_made(target_on_span: float) -> tuple[localization.Injected, np.ndarray, np.ndarray]:
-    """Three rewards over 10 tokens, the span on tokens 2-3: `a` fails (share
+    """Four rewards over 10 tokens, the span on tokens 2-3: `a` fails (share
     `target_on_span` of its distance on the span), `b` is uniform, `c` has nothing there,
     `d` does not apply."""
     names = ["a", "b", "c", "d"]
     verdicts = [Verdict(0.0, "a"), Verdict(1.0, "b"), Verdict(1.0, "c"), Verdict(None, "")]
     candidate = localization.Candidate("x" * 10, (2, 4), "a", ("a",))
-    injected = localization.Injected("toy", "kind", {"prompt": "p"}, candidate, names, verdicts)
+    types = [f"check:{name}" for name in names]  # what each reward checks on this row
+    injected = localization.Injected(
+        "toy", "kind", {"prompt": "p"}, candidate, names, verdicts, types
+    )
     in_span = np.zeros(10, dtype=bool)
     in_span[[2, 3]] = True
     distance = np.zeros((4, 10))
@@ -154,7 +157,7 @@ def test_measure_and_summary_on_hand_made_distances():
     assert (first["tokens"], first["span_tokens"]) == (10, 2)
 
     (row,) = localization.summarize(records)
-    assert (row["task"], row["kind"], row["mode"], row["failing"], row["n"]) == ("toy", "kind", "m", "a", 3)  # fmt: skip
+    assert (row["task"], row["kind"], row["mode"], row["failing"], row["n"]) == ("toy", "kind", "m", "check:a", 3)  # fmt: skip
     assert row["median"] == pytest.approx(3.0)
     assert row["above_one"] == pytest.approx(2 / 3)
     assert row["unconcerned_median"] == pytest.approx(0.5)  # mean of b (1) and c (0)
@@ -163,9 +166,9 @@ def test_measure_and_summary_on_hand_made_distances():
     assert row["span_share"] == pytest.approx(0.2)
 
     roles = {r["reward"]: r["role"] for r in localization.per_reward_rows(records)}
-    assert roles == {"a": "failing", "b": "unconcerned", "c": "unconcerned"}
+    assert roles == {"check:a": "failing", "check:b": "unconcerned", "check:c": "unconcerned"}
     markdown = localization.summary_markdown([row])
-    assert "| toy | kind | m | a | 3 | 20.0% | 3.00 | 67% | 0.50 | 2.50 | 67% |" in markdown
+    assert "| toy | kind | m | check:a | 3 | 20.0% | 3.00 | 67% | 0.50 | 2.50 | 67% |" in markdown
 
 
 def test_shuffled_distance_permutes_each_reward_within_the_response():
