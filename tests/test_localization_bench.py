@@ -194,7 +194,7 @@ def test_benchmark_runs_end_to_end_on_the_tiny_model(tiny, tmp_path, one_torch_t
     ]
     for name in ("localization.md", "localization.png", "localization.json"):
         assert (tmp_path / name).stat().st_size > 0
-    assert (
-        "| sql | extra_tag | add_one | sql_format | 1 |"
-        in (tmp_path / "localization.md").read_text()
-    )
+    markdown = (tmp_path / "localization.md").read_text()
+    assert "| sql | extra_tag | add_one | sql_format | 1 |" in markdown
+    localization.main(["--report", "--out", str(tmp_path)])  # from the JSON alone
+    assert (tmp_path / "localization.md").read_text() == markdown
