@@ -355,6 +355,8 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         "overrides": args.variants[method],
         "settings": study_settings(args),
         "train_seconds": 0.0,
+        # CPU time of this process (all its threads): machine time, whatever else runs.
+        "train_cpu_seconds": 0.0,
         "resumed_from": [],
         "trained": False,
     }
@@ -364,7 +366,7 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         if last is not None:
             config.resume_from_checkpoint = last
             record["resumed_from"].append(Path(last).name)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
             run_training(
                 TASK,
@@ -374,6 +376,7 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
             )
         finally:
             record["train_seconds"] += time.perf_counter() - started
+            record["train_cpu_seconds"] += time.process_time() - cpu_started
             record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             if (checkpoints / METRICS_FILE).is_file():
                 shutil.copyfile(checkpoints / METRICS_FILE, folder / METRICS_FILE)
@@ -381,9 +384,10 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         record["trained"] = True
         _write_json(folder / RUN_FILE, record)
     if evaluate:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         result = evaluate_policy(args, checkpoints)
         record["eval_seconds"] = time.perf_counter() - started
+        record["eval_cpu_seconds"] = time.process_time() - cpu_started
         _write_json(folder / RUN_FILE, record)
         _write_json(folder / EVAL_FILE, result)
     return folder
@@ -885,19 +889,37 @@ def replay_table(data: Mapping[str, Any], names: Sequence[str]) -> str:
 
 
 def time_table(data: Mapping[str, Any]) -> str:
-    """Each method's median step time (TRL's `step_time`, over steps and seeds) and its ratio
-    to the baseline's."""
-    medians = {}
+    """Per method: the median step time (TRL's `step_time`, wall clock, over steps and seeds),
+    the training CPU seconds per step and the evaluation's CPU seconds (means over the runs'
+    `run.json`; CPU time counts this machine's work whatever else ran), ratios to the baseline."""
+    columns: dict[str, dict[str, float | None]] = {}
     for method, runs in data["runs"].items():
-        times = [
-            r["step_time"] for run in runs.values() for r in run["records"] if r.get("step_time")
+        times = [r["step_time"] for run in runs.values() for r in run["records"] if r.get("step_time")]  # fmt: skip
+        cpu = [
+            run["run"]["train_cpu_seconds"] / run["records"][-1]["step"]
+            for run in runs.values()
+            if run["run"] and run["run"].get("train_cpu_seconds") and run["records"]
         ]
-        medians[method] = float(np.median(times)) if times else None
-    base = medians.get(BASELINE)
-    lines = ["| method | median step (s) | / " + BASELINE + " |", "|---|---:|---:|"]
-    for method, value in medians.items():
-        ratio = value / base if value is not None and base else None
-        lines.append(f"| {method} | {_cell(value, 1)} | {_cell(ratio, 2)} |")
+        evaluation = [run["run"]["eval_cpu_seconds"] for run in runs.values() if (run["run"] or {}).get("eval_cpu_seconds")]  # fmt: skip
+        columns[method] = {
+            "wall": float(np.median(times)) if times else None,
+            "cpu": float(np.mean(cpu)) if cpu else None,
+            "eval": float(np.mean(evaluation)) if evaluation else None,
+        }
+    base = columns.get(BASELINE, {})
+
+    def ratio(value: float | None, key: str) -> str:
+        return _cell(value / base[key] if value is not None and base.get(key) else None, 2)
+
+    lines = [
+        f"| method | median step, wall (s) | / {BASELINE} | CPU s per step | / {BASELINE} | evaluation CPU s |",  # fmt: skip
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for method, value in columns.items():
+        lines.append(
+            f"| {method} | {_cell(value['wall'], 1)} | {ratio(value['wall'], 'wall')} "
+            f"| {_cell(value['cpu'], 1)} | {ratio(value['cpu'], 'cpu')} | {_cell(value['eval'], 0)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

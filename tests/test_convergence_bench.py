@@ -188,6 +188,8 @@ def write_fixture_run(
         result = {part: {metric: {"mean": exact, "se": 0.02, "n": 300} for metric in ("format", "correctness", "exact")}  # fmt: skip
                   for part in ("test", "bfcl_simple_python")}  # fmt: skip
         (folder / "final_eval.json").write_text(json.dumps(result))
+        cpu = {"train_cpu_seconds": 40.0 * (1 + (method == "mrtpo")), "eval_cpu_seconds": 100.0}
+        (folder / "run.json").write_text(json.dumps(cpu))
 
 
 def test_report_is_regenerated_from_the_results_files(tmp_path):
@@ -232,7 +234,7 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     low, high = convergence.bootstrap_interval([0.05, 0.10])
     assert f"| test exact calls | 0.050 | 0.100 | – | 0.075 | [{low:.3f}, {high:.3f}] |" in text
     assert "seed 1: +0" in text  # steps to 0.8, both reached on seed 1
-    assert "| mrtpo | 20.0 | 2.00 |" in text  # wall time per step, ratio to gdpo
+    assert "| mrtpo | 20.0 | 2.00 | 20.0 | 2.00 | 100 |" in text  # per step, ratios to gdpo
     assert "| mrtpo | tool_format | 0.020 | 0.020 | 0.400 | 0.400 |" in text
     assert (root / "curves.png").stat().st_size > 0 and (root / "replay.png").stat().st_size > 0
     assert convergence.write_report(root).read_text() == text  # from the files alone
