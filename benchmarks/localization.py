@@ -110,16 +110,17 @@ def _outside_strings(text: str, pattern: re.Pattern[str]) -> Iterator[re.Match[s
 
 
 def sql_wrong_value(row: Mapping[str, Any], reference: Reference) -> Iterator[Candidate]:
-    """A wrong literal (a string or number changed) or comparator (e.g. `>` for `<`): the
-    query still runs, its result is wrong."""
+    """A wrong comparator (`!=` for `=`, `<` for `>`, ...), else a wrong number or string
+    literal: the query still runs, its result is wrong."""
     text, drops = reference.text, ("sql_execution",)
+    for match in _outside_strings(text, _COMPARATOR):
+        yield _candidate(text, *match.span(), _COMPARATOR_SWAP[match.group()], drops)
+    for match in _outside_strings(text, _NUMBER):
+        wrong = str(float(match.group()) + 7).rstrip("0").rstrip(".")
+        yield _candidate(text, *match.span(), wrong, drops)
     for match in _STRING.finditer(text):
         inner = match.group()[1:-1]
         yield _candidate(text, *match.span(), f"'{inner[::-1] if len(inner) > 1 else 'x'}z'", drops)
-    for match in _outside_strings(text, _NUMBER):
-        yield _candidate(text, *match.span(), str(float(match.group()) + 7).rstrip("0").rstrip("."), drops)  # fmt: skip
-    for match in _outside_strings(text, _COMPARATOR):
-        yield _candidate(text, *match.span(), _COMPARATOR_SWAP[match.group()], drops)
 
 
 def sql_misspelled_name(row: Mapping[str, Any], reference: Reference) -> Iterator[Candidate]:
