@@ -16,12 +16,14 @@ process with `--threads` torch threads. `--report` (also run after the grid) reg
 `benchmarks/results/convergence/README.md` and its figures from the results files alone.
 
 Training rows: the bundled train split's rows whose reference response fits in the completion
-length with 16 tokens to spare (`--max_reference_tokens`; the same rule picks the test rows), so that a
-format reward near 1 is reachable; see `benchmarks/README.md`, "Convergence", for the sizing.
+length with 16 tokens to spare (`--max_reference_tokens`; the same rule picks the test rows), so
+that a format reward near 1 is reachable. The defaults are sized from measured steps to about 6
+hours of two CPU cores (`benchmarks/README.md`, "Convergence").
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/convergence.py            # the study, resumable
     .venv/bin/python benchmarks/convergence.py --report                     # the report only
-    .venv/bin/python benchmarks/convergence.py --device cuda --jobs 2 --prompts 16   # on a GPU
+    .venv/bin/python benchmarks/convergence.py --device cuda --prompts 16 --steps 40 \
+        --results benchmarks/results/convergence-gpu                        # a GPU grid
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seeds", nargs="+", type=int, default=[0, 1, 2])
     add("--seeds_for", action="append", default=[], type=parse_seeds_for, metavar="METHOD=0,1,2")
     add("--variant", action="append", default=[], type=parse_variant, metavar="NAME=JSON")
-    add("--steps", type=int, default=30, help="optimizer steps per run")
+    add("--steps", type=int, default=15, help="optimizer steps per run")
     add("--prompts", type=int, default=4, help="prompts per step")
     add("--generations", type=int, default=4, help="completions per prompt")
     add("--micro_batch", type=int, default=2, help="completions per forward/backward pass")
