@@ -724,7 +724,12 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if ratio is None:
                 continue
             target.append(ratio)
-            rest = [record["ratios"][name] or 0.0 for name in record["unconcerned"]]
+            # An unconcerned reward without any distance has no ratio: left out, not counted 0.
+            rest = [
+                record["ratios"][name]
+                for name in record["unconcerned"]
+                if record["ratios"][name] is not None
+            ]
             if rest:
                 others.append(float(np.mean(rest)))
                 specificity.append(ratio - others[-1])
