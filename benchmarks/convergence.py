@@ -1,0 +1,1005 @@
+"""Benchmark: learning curves of GRPO, GDPO, MRTPO and MRTPO with shuffled weights, resumable.
+
+Tool calling from one shared cold-start checkpoint (`mrtpo sft --task tool_calling`, the demo's
+3 steps, built once into the results folder if missing). Every method trains with the same
+data order (same seed), batch, completion length, learning rate and steps; only its
+`MRTPOConfig` overrides differ (`METHODS`; more with `--variant NAME=JSON`, e.g.
+`--variant 'mrtpo_saw={"advantage_estimator": "mrtpo", "reward_weighting": "saw"}'`).
+
+Each run (method x seed) writes into `benchmarks/results/convergence/tool_calling/<method>/seed<k>/`:
+`metrics.jsonl` (one line per step, as `mrtpo train` logs it), `final_eval.json` (the final
+policy on the bundled test split, sampled, and on BFCL v4 simple_python, greedy) and `run.json`
+(settings, wall time, resumptions); TRL's checkpoints go into its `checkpoints/` subfolder,
+which git ignores. Rerunning skips finished runs and resumes an unfinished one from its last
+checkpoint (saved every `--save_steps` steps). Runs go `--jobs` at a time, each in its own
+process with `--threads` torch threads. `--report` (also run after the grid) regenerates
+`benchmarks/results/convergence/README.md` and its figures from the results files alone.
+
+Training rows: the bundled train split's rows whose reference response fits in the completion
+length with 16 tokens to spare (`--max_reference_tokens`; the same rule picks the test rows), so
+that a format reward near 1 is reachable. The defaults are sized from measured steps to about 6
+hours of two CPU cores (`benchmarks/README.md`, "Convergence").
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/convergence.py            # the study, resumable
+    .venv/bin/python benchmarks/convergence.py --report                     # the report only
+    .venv/bin/python benchmarks/convergence.py --device cuda --prompts 16 --steps 40 \
+        --results benchmarks/results/convergence-gpu                        # a GPU grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TASK = "tool_calling"
+RESULTS = Path("benchmarks/results/convergence")
+CHECKPOINTS = "checkpoints"  # ignored by git
+METRICS_FILE, EVAL_FILE, RUN_FILE, STUDY_FILE = (
+    "metrics.jsonl",
+    "final_eval.json",
+    "run.json",
+    "study.json",
+)
+# Method name -> MRTPOConfig overrides: the only thing that differs between methods.
+METHODS: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage_estimator": "grpo"},
+    "gdpo": {"advantage_estimator": "gdpo"},
+    "mrtpo": {"advantage_estimator": "mrtpo"},
+    "mrtpo_shuffled": {"advantage_estimator": "mrtpo", "shuffle_token_weights": True},
+}
+BASELINE, PROPOSED = "gdpo", "mrtpo"  # the paired difference PROPOSED - BASELINE
+THRESHOLD, WINDOW = 0.8, 3  # steps to a training format reward of 0.8, rolling mean of 3
+BOOTSTRAP_RESAMPLES = 10_000
+POSITIVE_OPTIONS = ("steps", "prompts", "generations", "micro_batch", "max_completion_length", "jobs", "threads", "save_steps")  # fmt: skip
+TOP_SHARE_KEY = "top10_share"
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """`NAME=JSON` (a JSON object of MRTPOConfig overrides) -> (name, overrides)."""
+    name, separator, overrides = text.partition("=")
+    if not separator or not name.strip():
+        raise argparse.ArgumentTypeError(f"--variant must be NAME=JSON, got {text!r}")
+    try:
+        parsed = json.loads(overrides)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(
+            f"--variant {name}: the overrides are not JSON ({error})"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            f"--variant {name}: the overrides must be a JSON object, got {overrides}"
+        )
+    return name.strip(), parsed
+
+
+def parse_seeds_for(text: str) -> tuple[str, list[int]]:
+    """`METHOD=0,1,2` -> (method, [0, 1, 2])."""
+    name, separator, seeds = text.partition("=")
+    try:
+        parsed = [int(seed) for seed in seeds.split(",") if seed.strip()]
+    except ValueError:
+        parsed = []
+    if not separator or not parsed:
+        raise argparse.ArgumentTypeError(f"--seeds_for must be METHOD=0,1,2, got {text!r}")
+    return name.strip(), parsed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("--results", type=Path, default=RESULTS, help="results folder")
+    add("--model_name_or_path", default=None, help="base model (default: the embedded one)")
+    add("--cold_start", type=Path, help="an existing cold-start model (default: built once)")
+    add("--sft_max_steps", type=int, default=3, help="cold-start steps (the demo's 3)")
+    add("--methods", nargs="+", default=list(METHODS))
+    add("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    add("--seeds_for", action="append", default=[], type=parse_seeds_for, metavar="METHOD=0,1,2")
+    add("--variant", action="append", default=[], type=parse_variant, metavar="NAME=JSON")
+    add("--steps", type=int, default=15, help="optimizer steps per run")
+    add("--prompts", type=int, default=4, help="prompts per step")
+    add("--generations", type=int, default=4, help="completions per prompt")
+    add("--micro_batch", type=int, default=2, help="completions per forward/backward pass")
+    add("--max_completion_length", type=int, default=96)
+    add(
+        "--max_reference_tokens",
+        type=int,
+        help="rows whose reference response is longer are left out (default: the completion "
+        "length - 16)",
+    )
+    add("--learning_rate", type=float, default=1e-5)
+    add("--save_steps", type=int, default=1, help="checkpoint every N steps")
+    add("--eval_samples", type=int, default=6, help="samples per test prompt (0: no eval)")
+    add("--eval_temperature", type=float, default=1.0)
+    add("--eval_rows", type=int, help="the first N test rows only (default: all that fit)")
+    add("--bfcl_examples", type=int, default=100, help="first N BFCL simple_python ids")
+    add("--eval_batch", type=int, default=16, help="generation batch of the evaluation")
+    add("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    add("--jobs", type=int, default=2, help="runs at once")
+    add("--threads", type=int, default=1, help="torch threads per run")
+    add("--report", action="store_true", help="only regenerate the report")
+    add("--worker", nargs="+", help=argparse.SUPPRESS)  # internal: "cold_start" or METHOD SEED
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(list(argv))
+    args.argv = list(argv)
+    args.variants = {**METHODS, **dict(args.variant)}
+    unknown = [method for method in args.methods if method not in args.variants]
+    unknown += [method for method, _ in args.seeds_for if method not in args.methods]
+    if unknown:
+        raise SystemExit(
+            f"unknown method(s) {unknown}: choose among {sorted(args.variants)} (or add one with --variant)"
+        )
+    for name in POSITIVE_OPTIONS:
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if (args.prompts * args.generations) % args.micro_batch:
+        raise SystemExit(
+            f"--micro_batch {args.micro_batch} must divide prompts x generations = "
+            f"{args.prompts * args.generations}"
+        )
+    if args.max_reference_tokens is None:
+        args.max_reference_tokens = args.max_completion_length - 16
+    return args
+
+
+def seeds_of(args: argparse.Namespace) -> dict[str, list[int]]:
+    """Each method's seeds: `--seeds`, or its `--seeds_for`."""
+    overrides = dict(args.seeds_for)
+    return {method: overrides.get(method, list(args.seeds)) for method in args.methods}
+
+
+def study_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What every run of the study shares (a rerun with other values is refused)."""
+    return {
+        "task": TASK,
+        "model_name_or_path": args.model_name_or_path or _default_model(),
+        "cold_start": str(args.cold_start) if args.cold_start else None,
+        "sft_max_steps": args.sft_max_steps,
+        "steps": args.steps,
+        "prompts": args.prompts,
+        "generations": args.generations,
+        "micro_batch": args.micro_batch,
+        "max_completion_length": args.max_completion_length,
+        "max_reference_tokens": args.max_reference_tokens,
+        "learning_rate": args.learning_rate,
+        "eval_samples": args.eval_samples,
+        "eval_temperature": args.eval_temperature,
+        "eval_rows": args.eval_rows,
+        "bfcl_examples": args.bfcl_examples,
+        "device": args.device,
+    }
+
+
+def device_of(args: argparse.Namespace) -> str:
+    """The torch device `--device` names ("auto": CUDA when torch sees it)."""
+    import torch
+
+    if args.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return args.device
+
+
+def _default_model() -> str:
+    from mrtpo.models import DEFAULT_MODEL
+
+    return DEFAULT_MODEL
+
+
+def task_root(args: argparse.Namespace) -> Path:
+    return Path(args.results) / TASK
+
+
+def run_dir(args: argparse.Namespace, method: str, seed: int) -> Path:
+    return task_root(args) / method / f"seed{seed}"
+
+
+def cold_start_dir(args: argparse.Namespace) -> Path:
+    return (
+        Path(args.cold_start) if args.cold_start else task_root(args) / "cold_start" / CHECKPOINTS
+    )
+
+
+def method_config(args: argparse.Namespace, method: str, seed: int, output_dir: Path) -> Any:
+    """The run's `MRTPOConfig`: the CPU defaults, the study's shared settings, then the
+    method's overrides (raises on an override MRTPOConfig does not know)."""
+    from mrtpo.training import train_config
+
+    shared: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "seed": seed,
+        "max_steps": args.steps,
+        "num_generations": args.generations,
+        "per_device_train_batch_size": args.micro_batch,
+        "gradient_accumulation_steps": args.prompts * args.generations // args.micro_batch,
+        "max_completion_length": args.max_completion_length,
+        "learning_rate": args.learning_rate,
+        "save_steps": args.save_steps,
+        "save_total_limit": 1,
+        "disable_tqdm": True,
+    }
+    if args.device == "cpu":
+        shared.update(use_cpu=True, bf16=False, dataloader_pin_memory=False)
+    try:
+        return train_config(**{**shared, **args.variants[method]})
+    except TypeError as error:
+        raise ValueError(f"method {method!r}: {error}") from None
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def fitting_ids(tokenizer: Any, split: str, limit: int) -> list[str]:
+    """Ids of the bundled split's rows whose reference response (plus eos) has at most
+    `limit` tokens."""
+    from mrtpo import tasks
+
+    task = tasks.get(TASK)
+    ids = []
+    for row in task.load(split):
+        reference = task.reference_completion(row)
+        if len(tokenizer(reference, add_special_tokens=False)["input_ids"]) + 1 <= limit:
+            ids.append(row["id"])
+    return ids
+
+
+def write_study_data(args: argparse.Namespace, tokenizer: Any) -> Path:
+    """The bundled train and test files cut to the fitting rows, in BFCL's layout, in
+    `<results>/tool_calling/data/` (the rows as bundled, so they load identically)."""
+    from mrtpo.tasks.tool_calling.data import BUNDLED_DIR, read_json_lines
+
+    folder = task_root(args) / "data"
+    limit = args.max_reference_tokens
+    for split in ("train", "test"):
+        keep = set(fitting_ids(tokenizer, split, limit))
+        for source, target in (
+            (BUNDLED_DIR / f"{split}.jsonl", folder / f"{split}.jsonl"),
+            (
+                BUNDLED_DIR / "possible_answer" / f"{split}.jsonl",
+                folder / "possible_answer" / f"{split}.jsonl",
+            ),
+        ):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            rows = [row for row in read_json_lines(source) if row["id"] in keep]
+            target.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return folder
+
+
+# ----------------------------------------------------------------------------- one run
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(value, indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The training records (lines with rewards) of a metrics.jsonl, one per step."""
+    if not path.is_file():
+        return []
+    records = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a kill
+            continue
+        if isinstance(record, dict) and any(key.startswith("rewards/") for key in record):
+            records[record["step"]] = record
+    return [records[step] for step in sorted(records)]
+
+
+def is_finished(folder: Path, evaluate: bool) -> bool:
+    """A run is finished when its final evaluation is written (or, without evaluation, its
+    run.json says training finished)."""
+    if evaluate:
+        return (folder / EVAL_FILE).is_file()
+    return bool((_read_json(folder / RUN_FILE) or {}).get("trained"))
+
+
+def build_cold_start(args: argparse.Namespace) -> Path:
+    """The demo's cold start (`mrtpo sft --task tool_calling`, `--sft_max_steps` steps of the
+    SFT defaults) into the results folder, once."""
+    from mrtpo.cold_start import build_sft_trainer, run_sft, sft_config
+
+    folder = cold_start_dir(args)
+    if (folder / "config.json").is_file():
+        return folder
+    options: dict[str, Any] = {"output_dir": str(folder), "max_steps": args.sft_max_steps}
+    if args.device == "cpu":
+        options.update(use_cpu=True, bf16=False, dataloader_pin_memory=False)
+    trainer = build_sft_trainer(
+        TASK, args.model_name_or_path or _default_model(), sft_config(**options)
+    )
+    return run_sft(trainer, TASK)
+
+
+def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
+    """Train one run to its last step (resuming from its last checkpoint), then evaluate it."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from mrtpo.training import run_training
+
+    folder = run_dir(args, method, seed)
+    checkpoints = folder / CHECKPOINTS
+    evaluate = args.eval_samples > 0
+    if is_finished(folder, evaluate):
+        return folder
+    record = _read_json(folder / RUN_FILE) or {
+        "method": method,
+        "seed": seed,
+        "overrides": args.variants[method],
+        "settings": study_settings(args),
+        "train_seconds": 0.0,
+        # CPU time of this process (all its threads): machine time, whatever else runs.
+        "train_cpu_seconds": 0.0,
+        "resumed_from": [],
+        "trained": False,
+    }
+    if not record["trained"]:
+        config = method_config(args, method, seed, checkpoints)
+        last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+        if last is not None:
+            config.resume_from_checkpoint = last
+            record["resumed_from"].append(Path(last).name)
+        started, cpu_started = time.perf_counter(), time.process_time()
+        try:
+            run_training(
+                TASK,
+                str(cold_start_dir(args)),
+                config,
+                data=str(task_root(args) / "data" / "train.jsonl"),
+            )
+        finally:
+            record["train_seconds"] += time.perf_counter() - started
+            record["train_cpu_seconds"] += time.process_time() - cpu_started
+            record["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            if (checkpoints / METRICS_FILE).is_file():
+                shutil.copyfile(checkpoints / METRICS_FILE, folder / METRICS_FILE)
+            _write_json(folder / RUN_FILE, record)
+        record["trained"] = True
+        _write_json(folder / RUN_FILE, record)
+    if evaluate:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        result = evaluate_policy(args, checkpoints)
+        record["eval_seconds"] = time.perf_counter() - started
+        record["eval_cpu_seconds"] = time.process_time() - cpu_started
+        _write_json(folder / RUN_FILE, record)
+        _write_json(folder / EVAL_FILE, result)
+    return folder
+
+
+def proportion_summary(values: Sequence[float]) -> dict[str, float]:
+    """Mean and its standard error (sqrt(mean(1 - mean) / n) for 0/1 values, else the sample
+    standard deviation over sqrt(n)) of per-sample values."""
+    array = np.asarray(values, dtype=float)
+    mean = float(array.mean())
+    if np.isin(array, (0.0, 1.0)).all():
+        error = math.sqrt(mean * (1 - mean) / len(array))
+    else:
+        error = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else 0.0
+    return {"mean": mean, "se": error, "n": len(array)}
+
+
+def score_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Format rate, correctness and exact calls (correctness = 1) of one `evaluate` result."""
+    scores = [
+        (
+            example["verdicts"]["tool_format"]["score"],
+            example["verdicts"]["tool_correctness"]["score"],
+        )
+        for example in result["examples"]
+    ]
+    return {
+        "format": proportion_summary([fmt for fmt, _ in scores]),
+        "correctness": proportion_summary([correct for _, correct in scores]),
+        "exact": proportion_summary([float(correct == 1.0) for _, correct in scores]),
+    }
+
+
+def evaluate_policy(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    """The final policy on the study's test rows (`--eval_samples` samples each at
+    `--eval_temperature`) and on BFCL v4 simple_python's first `--bfcl_examples` ids (greedy)."""
+    from mrtpo import tasks
+    from mrtpo.evaluation import evaluate
+    from mrtpo.models import load_model
+    from mrtpo.tasks.tool_calling.data import bfcl_data_dir
+
+    task = tasks.get(TASK)
+    model, tokenizer = load_model(str(model_dir))
+    model = model.to(device_of(args))
+    length = args.max_completion_length
+    test = task.load(path=str(task_root(args) / "data" / "test.jsonl"))
+    if args.eval_rows is not None:
+        test = test.select(range(min(args.eval_rows, len(test))))
+    sampled = evaluate(
+        model,
+        tokenizer,
+        task,
+        test,
+        args.eval_batch,
+        length,
+        temperature=args.eval_temperature,
+        num_samples=args.eval_samples,
+        seed=0,
+    )
+    result: dict[str, Any] = {
+        "test": {
+            "rows": len(test),
+            "samples_per_row": args.eval_samples,
+            "temperature": args.eval_temperature,
+            **score_summary(sampled),
+        }
+    }
+    folder = bfcl_data_dir()
+    if args.bfcl_examples and folder is not None:
+        bfcl = task.load(path=str(folder / "BFCL_v4_simple_python.json"))
+        bfcl = bfcl.select(range(min(args.bfcl_examples, len(bfcl))))
+        greedy = evaluate(model, tokenizer, task, bfcl, args.eval_batch, length)
+        result["bfcl_simple_python"] = {
+            "rows": len(bfcl),
+            "decoding": "greedy",
+            **score_summary(greedy),
+        }
+    elif args.bfcl_examples:
+        result["bfcl_simple_python"] = {"unavailable": "bfcl-eval is not installed"}
+    return result
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+def pending_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(method, seed) of every unfinished run, seed by seed (so that a grid cut short holds
+    whole seeds of every method)."""
+    seeds = seeds_of(args)
+    order = sorted({seed for values in seeds.values() for seed in values})
+    evaluate = args.eval_samples > 0
+    return [
+        (method, seed)
+        for seed in order
+        for method in args.methods
+        if seed in seeds[method] and not is_finished(run_dir(args, method, seed), evaluate)
+    ]
+
+
+def record_study(args: argparse.Namespace) -> None:
+    """Write `study.json` (the command and the shared settings); refuse to mix settings."""
+    path = task_root(args) / STUDY_FILE
+    settings = study_settings(args)
+    previous = _read_json(path)
+    if previous is not None and previous["settings"] != settings:
+        changed = sorted(k for k in settings if previous["settings"].get(k) != settings[k])
+        raise SystemExit(
+            f"{path} was made with other settings ({', '.join(changed)}); use another --results "
+            "folder or the same settings"
+        )
+    command = shlex.join(["python", "benchmarks/convergence.py", *args.argv])
+    methods = {**(previous or {}).get("methods", {}), **{m: args.variants[m] for m in args.methods}}
+    seeds = {**(previous or {}).get("seeds", {}), **seeds_of(args)}
+    _write_json(
+        path, {"command": command, "settings": settings, "methods": methods, "seeds": seeds}
+    )
+
+
+def worker_command(args: argparse.Namespace, *worker: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), *args.argv, "--worker", *worker]
+
+
+def run_worker(args: argparse.Namespace, worker: Sequence[str], log: Path) -> int:
+    """One stage in its own process, `--threads` torch threads, output appended to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    threads = str(args.threads)
+    environment = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    with open(log, "a") as handle:
+        process = subprocess.run(
+            worker_command(args, *worker), stdout=handle, stderr=subprocess.STDOUT, env=environment
+        )
+    status = "done" if process.returncode == 0 else f"failed ({process.returncode}), see {log}"
+    print(f"{' '.join(worker)}: {status}", flush=True)
+    return process.returncode
+
+
+def run_grid(args: argparse.Namespace) -> int:
+    """Cold start (once), the study's data files, every pending run `--jobs` at a time, then
+    the report. Returns the number of runs that failed."""
+    record_study(args)
+    if run_worker(args, ["cold_start"], task_root(args) / CHECKPOINTS / "cold_start.log"):
+        return 1
+    todo = pending_runs(args)
+    print(f"{len(todo)} run(s) to do: {todo}", flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        codes = list(
+            pool.map(
+                lambda run: run_worker(
+                    args,
+                    [run[0], str(run[1])],
+                    run_dir(args, *run) / CHECKPOINTS / "train.log",
+                ),
+                todo,
+            )
+        )
+    write_report(args.results)
+    return sum(code != 0 for code in codes)
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda, but torch sees no CUDA device")
+    if args.worker == ["cold_start"]:
+        from transformers import AutoTokenizer
+
+        write_study_data(args, AutoTokenizer.from_pretrained(build_cold_start(args)))
+        return
+    method, seed = args.worker
+    train_run(args, method, int(seed))
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def steps_to_threshold(
+    values: Sequence[float], threshold: float = THRESHOLD, window: int = WINDOW
+) -> int | None:
+    """The first step (1-based) at which the mean of the last `window` values reaches
+    `threshold` (up to float rounding); None when it never does."""
+    for end in range(window, len(values) + 1):
+        if np.mean(values[end - window : end]) >= threshold - 1e-9:  # (0.7+0.8+0.9)/3 is 0.8
+            return end
+    return None
+
+
+def median_steps(values: Sequence[int | None]) -> float | None:
+    """The median with "not reached" (None) counted as later than any step; None when the
+    median itself is not reached."""
+    if not values:
+        return None
+    ordered = sorted(values, key=lambda v: math.inf if v is None else v)
+    middle = len(ordered) // 2
+    pair = ordered[middle : middle + 1] if len(ordered) % 2 else ordered[middle - 1 : middle + 1]
+    return None if any(v is None for v in pair) else float(np.mean(pair))
+
+
+def bootstrap_interval(
+    differences: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of paired differences (seeds resampled
+    with replacement; numpy's generator seeded by `seed`, so the interval is reproducible)."""
+    values = np.asarray(differences, dtype=float)
+    generator = np.random.default_rng(seed)
+    means = values[generator.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def load_results(results: Path) -> dict[str, Any]:
+    """The study's files: its study.json and, per method and seed, the run's records,
+    evaluation and run.json (None where absent)."""
+    root = Path(results) / TASK
+    study = _read_json(root / STUDY_FILE)
+    if study is None:
+        raise SystemExit(f"no {root / STUDY_FILE}: run the study first")
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for method, seeds in study["seeds"].items():
+        for seed in seeds:
+            folder = root / method / f"seed{seed}"
+            runs.setdefault(method, {})[seed] = {
+                "records": read_metrics(folder / METRICS_FILE),
+                "eval": _read_json(folder / EVAL_FILE),
+                "run": _read_json(folder / RUN_FILE),
+            }
+    return {"study": study, "runs": runs}
+
+
+def reward_names(runs: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> list[str]:
+    """The rewards logged (`rewards/<name>/mean`), in first-seen order."""
+    names: list[str] = []
+    for seeds in runs.values():
+        for run in seeds.values():
+            for record in run["records"]:
+                for key in record:
+                    if key.startswith("rewards/") and key.endswith("/mean"):
+                        name = key[len("rewards/") : -len("/mean")]
+                        if name not in names:
+                            names.append(name)
+    return names
+
+
+def curve(records: Sequence[Mapping[str, Any]], key: str, steps: int) -> np.ndarray:
+    """[steps] the value of `key` at steps 1..steps (NaN where missing)."""
+    values = np.full(steps, np.nan)
+    for record in records:
+        if 1 <= record["step"] <= steps and record.get(key) is not None:
+            values[record["step"] - 1] = record[key]
+    return values
+
+
+def median_band(curves: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: the median over seeds and the inter-quartile band, ignoring missing values
+    (NaN; a step no seed has stays NaN). curves: each [steps]."""
+    stacked = np.vstack(curves)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "All-NaN slice": a step not run yet
+        return (
+            np.nanmedian(stacked, axis=0),
+            np.nanpercentile(stacked, 25, axis=0),
+            np.nanpercentile(stacked, 75, axis=0),
+        )
+
+
+def plot_curves(data: Mapping[str, Any], names: Sequence[str], path: Path) -> None:
+    """The paper's Figure 4 for our runs: each reward's training mean over steps, median over
+    seeds with the inter-quartile band, one line per method."""
+    from matplotlib.figure import Figure
+
+    steps = data["study"]["settings"]["steps"]
+    figure = Figure(figsize=(6 * len(names), 4), dpi=110)
+    x = np.arange(1, steps + 1)
+    for index, name in enumerate(names):
+        axes = figure.add_subplot(1, len(names), index + 1)
+        for method, seeds in data["runs"].items():
+            curves = [
+                curve(run["records"], f"rewards/{name}/mean", steps) for run in seeds.values()
+            ]
+            if not curves or all(np.isnan(c).all() for c in curves):
+                continue
+            median, low, high = median_band(curves)
+            (line,) = axes.plot(x, median, label=f"{method} ({len(curves)} seeds)")
+            axes.fill_between(x, low, high, color=line.get_color(), alpha=0.2)
+        if index == 0:
+            axes.axhline(THRESHOLD, color="black", linewidth=0.8, linestyle="--")
+        axes.set_xlabel("step")
+        axes.set_ylabel(f"training {name} (mean of the step's completions)")
+        axes.set_title(name)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+
+
+def plot_replay(data: Mapping[str, Any], names: Sequence[str], path: Path) -> bool:
+    """Each reward's mean replay distance and top-10% share over training (median over seeds)
+    for the methods that replay; False when none logged any."""
+    from matplotlib.figure import Figure
+
+    steps = data["study"]["settings"]["steps"]
+    x = np.arange(1, steps + 1)
+    figure = Figure(figsize=(12, 4), dpi=110)
+    drawn = False
+    for index, statistic in enumerate(("mean", TOP_SHARE_KEY)):
+        axes = figure.add_subplot(1, 2, index + 1)
+        for method, seeds in data["runs"].items():
+            for name in names:
+                key = f"mrtpo/distance/{name}/{statistic}"
+                curves = [curve(run["records"], key, steps) for run in seeds.values()]
+                if not curves or all(np.isnan(c).all() for c in curves):
+                    continue
+                drawn = True
+                axes.plot(x, median_band(curves)[0], marker=".", label=f"{method}: {name}")
+        axes.set_xlabel("step")
+        axes.set_ylabel(
+            "mean JS distance" if statistic == "mean" else "share on the top 10% of tokens"
+        )
+        axes.grid(alpha=0.3)
+        if drawn:
+            axes.legend(fontsize="small")
+    figure.tight_layout()
+    if drawn:
+        figure.savefig(path, format="png")
+    return drawn
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return (
+        "–"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )
+
+
+def _progress(run: Mapping[str, Any], steps: int) -> str:
+    done = run["records"][-1]["step"] if run["records"] else 0
+    return "" if done >= steps else f" ({done}/{steps} steps)"
+
+
+def steps_table(data: Mapping[str, Any], format_name: str) -> tuple[str, dict[str, Any]]:
+    """Steps to a training format reward of 0.8 (rolling mean of 3 steps), every seed and the
+    median; "not reached" is counted, never dropped."""
+    steps = data["study"]["settings"]["steps"]
+    seeds = sorted({seed for runs in data["runs"].values() for seed in runs})
+    lines = [
+        "| method | " + " | ".join(f"seed {seed}" for seed in seeds) + " | median |",
+        "|---|" + "---:|" * (len(seeds) + 1),
+    ]
+    found: dict[str, Any] = {}
+    for method, runs in data["runs"].items():
+        values = {
+            seed: steps_to_threshold(
+                [
+                    r[f"rewards/{format_name}/mean"]
+                    for r in run["records"]
+                    if r.get(f"rewards/{format_name}/mean") is not None
+                ]
+            )
+            for seed, run in runs.items()
+        }
+        found[method] = values
+        cells = [
+            ""
+            if seed not in runs
+            else ("not reached" if values[seed] is None else str(values[seed]))
+            + _progress(runs[seed], steps)
+            for seed in seeds
+        ]
+        median = median_steps(list(values.values()))
+        lines.append(
+            f"| {method} | "
+            + " | ".join(cells)
+            + f" | {'not reached' if median is None else f'{median:g}'} |"
+        )
+    return "\n".join(lines) + "\n", found
+
+
+EVAL_COLUMNS = (
+    ("test", "format", "test format rate"),
+    ("test", "correctness", "test correctness"),
+    ("test", "exact", "test exact calls"),
+    ("bfcl_simple_python", "exact", "BFCL simple_python exact"),
+    ("bfcl_simple_python", "format", "BFCL simple_python format"),
+)
+
+
+def eval_value(run: Mapping[str, Any], part: str, metric: str) -> float | None:
+    evaluation = (run.get("eval") or {}).get(part) or {}
+    return (evaluation.get(metric) or {}).get("mean")
+
+
+def eval_table(data: Mapping[str, Any]) -> str:
+    """Final-policy accuracy per method: the median over seeds, every seed in brackets."""
+    lines = [
+        "| method | " + " | ".join(label for _, _, label in EVAL_COLUMNS) + " |",
+        "|---|" + "---:|" * len(EVAL_COLUMNS),
+    ]
+    for method, runs in data["runs"].items():
+        cells = []
+        for part, metric, _ in EVAL_COLUMNS:
+            values = [eval_value(run, part, metric) for _, run in sorted(runs.items())]
+            present = [v for v in values if v is not None]
+            median = float(np.median(present)) if present else None
+            cells.append(f"{_cell(median)} ({', '.join(_cell(v, 2) for v in values)})")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(data: Mapping[str, Any], format_name: str, reached: Mapping[str, Any]) -> str:
+    """PROPOSED - BASELINE per seed (seeds both finished), mean and its bootstrap interval."""
+    runs = data["runs"]
+    if PROPOSED not in runs or BASELINE not in runs:
+        return f"({PROPOSED} and {BASELINE} are both needed.)\n"
+    steps = data["study"]["settings"]["steps"]
+    metrics: list[tuple[str, Any]] = [
+        (label, lambda run, part=part, metric=metric: eval_value(run, part, metric))
+        for part, metric, label in EVAL_COLUMNS
+    ]
+    metrics.append(
+        (
+            f"training {format_name}, mean of the last {WINDOW} steps",
+            lambda run: (
+                float(
+                    np.nanmean(
+                        curve(run["records"], f"rewards/{format_name}/mean", steps)[-WINDOW:]
+                    )
+                )
+                if len(run["records"]) >= steps
+                else None
+            ),
+        )
+    )
+    seeds = sorted(set(runs[PROPOSED]) & set(runs[BASELINE]))
+    lines = [
+        "| metric | "
+        + " | ".join(f"seed {s}" for s in seeds)
+        + " | mean | 95% bootstrap interval |",
+        "|---|" + "---:|" * (len(seeds) + 2),
+    ]
+    for label, value in metrics:
+        differences = {}
+        for seed in seeds:
+            mine, theirs = value(runs[PROPOSED][seed]), value(runs[BASELINE][seed])
+            if (
+                mine is not None
+                and theirs is not None
+                and not (math.isnan(mine) or math.isnan(theirs))
+            ):
+                differences[seed] = mine - theirs
+        cells = [_cell(differences.get(seed)) for seed in seeds]
+        if differences:
+            low, high = bootstrap_interval(list(differences.values()))
+            summary = (
+                f"{_cell(float(np.mean(list(differences.values()))))} | [{low:.3f}, {high:.3f}]"
+            )
+        else:
+            summary = "– | –"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {summary} |")
+    both = [
+        s for s in seeds if reached.get(PROPOSED, {}).get(s) and reached.get(BASELINE, {}).get(s)
+    ]
+    note = (
+        f"\nSteps to {THRESHOLD} ({PROPOSED} - {BASELINE}), seeds where both reached it: "
+        + (
+            ", ".join(f"seed {s}: {reached[PROPOSED][s] - reached[BASELINE][s]:+d}" for s in both)
+            or "none"
+        )
+        + ".\n"
+    )
+    return "\n".join(lines) + "\n" + note
+
+
+def replay_table(data: Mapping[str, Any], names: Sequence[str]) -> str:
+    """Per replaying method and reward: mean distance and top-10% share, over the first and
+    the last third of the steps (mean over steps and seeds of the logged values)."""
+    steps = data["study"]["settings"]["steps"]
+    third = max(1, steps // 3)
+    lines = [
+        "| method | reward | mean distance, first third | last third | top-10% share, first third | last third |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for method, runs in data["runs"].items():
+        for name in names:
+            cells = []
+            for statistic in ("mean", TOP_SHARE_KEY):
+                curves = np.vstack(
+                    [
+                        curve(run["records"], f"mrtpo/distance/{name}/{statistic}", steps)
+                        for run in runs.values()
+                    ]
+                )
+                for part in (curves[:, :third], curves[:, -third:]):
+                    cells.append(float(np.nanmean(part)) if not np.isnan(part).all() else None)
+            if all(cell is None for cell in cells):
+                continue
+            lines.append(f"| {method} | {name} | " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def time_table(data: Mapping[str, Any]) -> str:
+    """Per method: the median step time (TRL's `step_time`, wall clock, over steps and seeds),
+    the training CPU seconds per step and the evaluation's CPU seconds (means over the runs'
+    `run.json`; CPU time counts this machine's work whatever else ran), ratios to the baseline."""
+    columns: dict[str, dict[str, float | None]] = {}
+    for method, runs in data["runs"].items():
+        times = [r["step_time"] for run in runs.values() for r in run["records"] if r.get("step_time")]  # fmt: skip
+        cpu = [
+            run["run"]["train_cpu_seconds"] / run["records"][-1]["step"]
+            for run in runs.values()
+            if run["run"] and run["run"].get("train_cpu_seconds") and run["records"]
+        ]
+        evaluation = [run["run"]["eval_cpu_seconds"] for run in runs.values() if (run["run"] or {}).get("eval_cpu_seconds")]  # fmt: skip
+        columns[method] = {
+            "wall": float(np.median(times)) if times else None,
+            "cpu": float(np.mean(cpu)) if cpu else None,
+            "eval": float(np.mean(evaluation)) if evaluation else None,
+        }
+    base = columns.get(BASELINE, {})
+
+    def ratio(value: float | None, key: str) -> str:
+        return _cell(value / base[key] if value is not None and base.get(key) else None, 2)
+
+    lines = [
+        f"| method | median step, wall (s) | / {BASELINE} | CPU s per step | / {BASELINE} | evaluation CPU s |",  # fmt: skip
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for method, value in columns.items():
+        lines.append(
+            f"| {method} | {_cell(value['wall'], 1)} | {ratio(value['wall'], 'wall')} "
+            f"| {_cell(value['cpu'], 1)} | {ratio(value['cpu'], 'cpu')} | {_cell(value['eval'], 0)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: Path) -> Path:
+    """`README.md`, `curves.png` and `replay.png` in `results` from the results files alone."""
+    data = load_results(results)
+    study, results = data["study"], Path(results)
+    names = reward_names(data["runs"])
+    if not names:
+        raise SystemExit(f"no metrics under {results / TASK}: no run has logged a step yet")
+    format_name = names[0]
+    plot_curves(data, names, results / "curves.png")
+    has_replay = plot_replay(data, names, results / "replay.png")
+    settings = study["settings"]
+    steps_markdown, reached = steps_table(data, format_name)
+    methods = "\n".join(f"- `{m}`: `{json.dumps(o)}`" for m, o in study["methods"].items())
+    text = f"""# Convergence study: {TASK}
+
+Regenerated by `python benchmarks/convergence.py --report` from the files in this folder. The
+study (resumable; rerun it to finish unfinished runs):
+
+    {study["command"]}
+
+Settings shared by every run: {settings["prompts"]} prompts x {settings["generations"]} completions
+per step, {settings["max_completion_length"]} new tokens, learning rate {settings["learning_rate"]:g},
+{settings["steps"]} steps, from the cold start of {settings["model_name_or_path"]}
+({settings["sft_max_steps"]} SFT steps); device {settings["device"]}. Methods (`MRTPOConfig` overrides):
+
+{methods}
+
+## Training rewards
+
+![training rewards](curves.png)
+
+Median over seeds, band: inter-quartile range; dashed: {THRESHOLD}.
+
+## Steps to a training {format_name} of {THRESHOLD} (rolling mean of {WINDOW} steps)
+
+{steps_markdown}
+## Final policy
+
+Test rows: {settings["eval_samples"]} samples each at temperature {settings["eval_temperature"]:g}
+(standard errors in each run's `final_eval.json`); BFCL v4 simple_python: the first
+{settings["bfcl_examples"]} ids, greedy. Median over seeds (each seed's value in brackets).
+
+{eval_table(data)}
+## {PROPOSED} - {BASELINE}, paired by seed
+
+{paired_table(data, format_name, reached)}
+## Replay distances during training
+
+{"![replay distances](replay.png)" if has_replay else "(no replaying method has logged a step)"}
+
+{replay_table(data, names)}
+## Wall time per step
+
+{time_table(data)}"""
+    path = results / "README.md"
+    path.write_text(text)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report:
+        print(f"wrote {write_report(args.results)}")
+        return 0
+    if args.worker:
+        worker(args)
+        return 0
+    failed = run_grid(args)
+    print(
+        f"{failed} run(s) failed"
+        if failed
+        else f"all runs finished; report in {args.results / 'README.md'}"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The convergence study's machinery (`benchmarks/convergence.py`): variants by configuration,
+resuming a killed run without redoing finished ones (tiny model), and the report regenerated
+from results files alone (steps to 0.8 with "not reached", median/IQR, seeded bootstrap)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import convergence  # noqa: E402
+
+
+def study_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--results", str(tmp_path / "results"), "--device", "cpu", *extra]
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_methods_differ_only_by_their_overrides(tmp_path):
+    variant = '{"advantage_estimator": "mrtpo", "mrtpo_beta": 0.3}'
+    args = convergence.parse_args(
+        study_args(
+            tmp_path, "--methods", "gdpo", "mrtpo_beta3", "--variant", f"mrtpo_beta3={variant}"
+        )  # fmt: skip
+    )
+    gdpo = convergence.method_config(args, "gdpo", 4, tmp_path / "a").to_dict()
+    variant_config = convergence.method_config(args, "mrtpo_beta3", 4, tmp_path / "a").to_dict()
+    assert variant_config["mrtpo_beta"] == 0.3
+    assert variant_config["advantage_estimator"] == "mrtpo"
+    differing = {key for key in gdpo if gdpo[key] != variant_config[key]}
+    assert differing == {"advantage_estimator", "mrtpo_beta"}
+    assert gdpo["seed"] == 4 and gdpo["max_steps"] == args.steps
+    assert gdpo["per_device_train_batch_size"] * gdpo["gradient_accumulation_steps"] == 16
+    shuffled = convergence.method_config(args, "mrtpo_shuffled", 0, tmp_path / "b")
+    assert shuffled.shuffle_token_weights and shuffled.advantage_estimator == "mrtpo"
+
+
+def test_bad_variants_and_methods_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match="unknown method"):
+        convergence.parse_args(study_args(tmp_path, "--methods", "nope"))
+    with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
+        convergence.parse_variant("x={bad")
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=JSON"):
+        convergence.parse_variant("just-a-name")
+    args = convergence.parse_args(
+        study_args(tmp_path, "--methods", "odd", "--variant", 'odd={"no_such_field": 1}')
+    )
+    with pytest.raises(ValueError, match="method 'odd'"):
+        convergence.method_config(args, "odd", 0, tmp_path)
+    with pytest.raises(SystemExit, match="micro_batch"):
+        convergence.parse_args(study_args(tmp_path, "--micro_batch", "3"))
+
+
+def test_seeds_per_method_and_pending_order(tmp_path):
+    args = convergence.parse_args(
+        study_args(
+            tmp_path, "--methods", "gdpo", "mrtpo", "--seeds", "0", "--seeds_for", "mrtpo=0,1"
+        )
+    )
+    assert convergence.seeds_of(args) == {"gdpo": [0], "mrtpo": [0, 1]}
+    assert convergence.pending_runs(args) == [("gdpo", 0), ("mrtpo", 0), ("mrtpo", 1)]
+    convergence._write_json(convergence.run_dir(args, "mrtpo", 0) / convergence.EVAL_FILE, {})
+    assert convergence.pending_runs(args) == [("gdpo", 0), ("mrtpo", 1)]
+
+
+def test_a_study_refuses_other_settings_in_the_same_folder(tmp_path):
+    convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "5")))
+    with pytest.raises(SystemExit, match="steps"):
+        convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "6")))
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+class Killed(Exception):
+    """Stands for the process being killed right after its first checkpoint."""
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
+    tmp_path, tiny_model_dir, monkeypatch, one_torch_thread
+):
+    args = convergence.parse_args(
+        study_args(
+            tmp_path,
+            *("--cold_start", str(tiny_model_dir), "--methods", "gdpo", "--seeds", "0"),
+            *("--steps", "2", "--save_steps", "1", "--prompts", "2", "--generations", "2"),
+            *("--micro_batch", "2", "--max_completion_length", "8"),
+            *("--max_reference_tokens", "100000", "--eval_samples", "1", "--eval_rows", "2"),
+            *("--bfcl_examples", "1", "--eval_batch", "2"),
+        )
+    )
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    convergence.write_study_data(args, tokenizer)
+    folder = convergence.run_dir(args, "gdpo", 0)
+
+    save = transformers.Trainer._save_checkpoint
+
+    def save_then_die(self, *arguments, **keywords):
+        save(self, *arguments, **keywords)
+        raise Killed
+
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        convergence.train_run(args, "gdpo", 0)
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save)
+    assert (folder / "checkpoints" / "checkpoint-1").is_dir()
+    first = convergence.read_metrics(folder / "checkpoints" / "metrics.jsonl")
+    assert [record["step"] for record in first] == [1]
+    assert convergence.pending_runs(args) == [("gdpo", 0)]
+
+    convergence.train_run(args, "gdpo", 0)
+    run = json.loads((folder / "run.json").read_text())
+    assert run["resumed_from"] == ["checkpoint-1"] and run["trained"]
+    records = convergence.read_metrics(folder / "metrics.jsonl")
+    assert [record["step"] for record in records] == [1, 2]
+    assert records[0] == first[0]  # step 1 kept, not redone
+    evaluation = json.loads((folder / "final_eval.json").read_text())
+    assert evaluation["test"]["rows"] == 2 and evaluation["test"]["format"]["n"] == 2
+    assert evaluation["bfcl_simple_python"]["rows"] == 1
+
+    assert convergence.pending_runs(args) == []
+    stamp = (folder / "final_eval.json").stat().st_mtime_ns
+    convergence.train_run(args, "gdpo", 0)  # finished: nothing is redone
+    assert (folder / "final_eval.json").stat().st_mtime_ns == stamp
+    assert json.loads((folder / "run.json").read_text()) == run
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_steps_to_threshold_and_median_with_not_reached():
+    assert convergence.steps_to_threshold([0.7, 0.8, 0.9, 0.9]) == 3  # (0.7+0.8+0.9)/3 = 0.8
+    assert convergence.steps_to_threshold([0.9, 0.9]) is None  # no full window
+    assert convergence.steps_to_threshold([1.0, 0.3, 1.0, 0.9, 0.8]) == 5
+    assert convergence.steps_to_threshold([0.5] * 10) is None
+    assert convergence.median_steps([3, None, 5]) == 5
+    assert convergence.median_steps([3, None, None]) is None
+    assert convergence.median_steps([2, 4]) == 3
+    assert convergence.median_steps([2, None]) is None
+    assert convergence.median_steps([]) is None
+
+
+def test_bootstrap_interval_is_seeded():
+    differences = [0.05, 0.10, -0.02, 0.07, 0.03]
+    low, high = convergence.bootstrap_interval(differences, seed=0)
+    assert (low, high) == convergence.bootstrap_interval(differences, seed=0)
+    assert low < np.mean(differences) < high
+    assert -0.02 <= low and high <= 0.10
+    assert convergence.bootstrap_interval([0.1, 0.1, 0.1]) == (
+        pytest.approx(0.1),
+        pytest.approx(0.1),
+    )
+
+
+def test_median_band_ignores_missing_steps():
+    median, low, high = convergence.median_band(
+        [np.array([0.0, 1.0, np.nan]), np.array([1.0, 2.0, np.nan]), np.array([2.0, 3.0, np.nan])]
+    )
+    assert median[:2].tolist() == [1.0, 2.0] and low[:2].tolist() == [0.5, 1.5]
+    assert high[:2].tolist() == [1.5, 2.5] and np.isnan(median[2])
+
+
+def write_fixture_run(
+    root: Path, method: str, seed: int, formats: list[float], exact: float
+) -> None:
+    folder = root / "tool_calling" / method / f"seed{seed}"
+    folder.mkdir(parents=True)
+    lines = []
+    for step, value in enumerate(formats, start=1):
+        record = {"step": step, "rewards/tool_format/mean": value,
+                  "rewards/tool_correctness/mean": value / 2, "step_time": 10.0 * (1 + (method == "mrtpo"))}  # fmt: skip
+        if method == "mrtpo":
+            record.update({"mrtpo/distance/tool_format/mean": 0.02,
+                           "mrtpo/distance/tool_format/top10_share": 0.4})  # fmt: skip
+        lines.append(json.dumps(record))
+    lines.append(json.dumps({"step": len(formats), "train_runtime": 100.0}))  # the end summary
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if len(formats) == 4:
+        result = {part: {metric: {"mean": exact, "se": 0.02, "n": 300} for metric in ("format", "correctness", "exact")}  # fmt: skip
+                  for part in ("test", "bfcl_simple_python")}  # fmt: skip
+        (folder / "final_eval.json").write_text(json.dumps(result))
+        cpu = {"train_cpu_seconds": 40.0 * (1 + (method == "mrtpo")), "eval_cpu_seconds": 100.0}
+        (folder / "run.json").write_text(json.dumps(cpu))
+
+
+def test_report_is_regenerated_from_the_results_files(tmp_path):
+    root = tmp_path / "results"
+    study = {
+        "command": "python benchmarks/convergence.py --steps 4",
+        "settings": {
+            "steps": 4,
+            "prompts": 4,
+            "generations": 4,
+            "max_completion_length": 96,
+            "learning_rate": 1e-5,
+            "model_name_or_path": "m",
+            "sft_max_steps": 3,
+            "device": "cpu",
+            "eval_samples": 6,
+            "eval_temperature": 1.0,
+            "bfcl_examples": 100,
+        },  # fmt: skip
+        "methods": {
+            "gdpo": {"advantage_estimator": "gdpo"},
+            "mrtpo": {"advantage_estimator": "mrtpo"},
+        },  # fmt: skip
+        "seeds": {"gdpo": [0, 1, 2], "mrtpo": [0, 1, 2]},
+    }
+    convergence._write_json(root / "tool_calling" / "study.json", study)
+    write_fixture_run(root, "gdpo", 0, [0.5, 0.6, 0.7, 0.8], 0.30)  # never 0.8 on average
+    write_fixture_run(root, "gdpo", 1, [0.8, 0.8, 0.8, 0.9], 0.40)  # step 3
+    write_fixture_run(root, "gdpo", 2, [0.2, 0.3], 0.0)  # unfinished: 2 of 4 steps
+    write_fixture_run(root, "mrtpo", 0, [0.8, 0.9, 0.9, 0.9], 0.35)  # step 3
+    write_fixture_run(root, "mrtpo", 1, [0.7, 0.9, 0.9, 1.0], 0.50)  # step 3
+    write_fixture_run(root, "mrtpo", 2, [0.9, 0.9, 0.6, 0.9], 0.45)  # step 3
+
+    path = convergence.write_report(root)
+    text = path.read_text()
+    assert text.index("python benchmarks/convergence.py --steps 4") < text.index("## Training")
+    assert "| gdpo | not reached | 3 | not reached (2/4 steps) | not reached |" in text
+    assert "| mrtpo | 3 | 3 | 3 | 3 |" in text
+    # Final policy: the median over seeds, every seed's value (an unfinished one as "–").
+    assert "| gdpo | 0.350 (0.30, 0.40, –) |" in text
+    # Paired by seed, seeds both finished: 0.35 - 0.30 and 0.50 - 0.40.
+    low, high = convergence.bootstrap_interval([0.05, 0.10])
+    assert f"| test exact calls | 0.050 | 0.100 | – | 0.075 | [{low:.3f}, {high:.3f}] |" in text
+    assert "seed 1: +0" in text  # steps to 0.8, both reached on seed 1
+    assert "| mrtpo | 20.0 | 2.00 | 20.0 | 2.00 | 100 |" in text  # per step, ratios to gdpo
+    assert "| mrtpo | tool_format | 0.020 | 0.020 | 0.400 | 0.400 |" in text
+    assert (root / "curves.png").stat().st_size > 0 and (root / "replay.png").stat().st_size > 0
+    assert convergence.write_report(root).read_text() == text  # from the files alone
