@@ -672,7 +672,8 @@ def plot_curves(data: Mapping[str, Any], names: Sequence[str], path: Path) -> No
             if not curves or all(np.isnan(c).all() for c in curves):
                 continue
             median, low, high = median_band(curves)
-            (line,) = axes.plot(x, median, label=f"{method} ({len(curves)} seeds)")
+            run_count = sum(not np.isnan(c).all() for c in curves)
+            (line,) = axes.plot(x, median, label=f"{method} ({run_count} of {len(curves)} seeds)")
             axes.fill_between(x, low, high, color=line.get_color(), alpha=0.2)
         if index == 0:
             axes.axhline(THRESHOLD, color="black", linewidth=0.8, linestyle="--")
@@ -725,9 +726,20 @@ def _cell(value: float | None, digits: int = 3) -> str:
     )
 
 
-def _progress(run: Mapping[str, Any], steps: int) -> str:
-    done = run["records"][-1]["step"] if run["records"] else 0
-    return "" if done >= steps else f" ({done}/{steps} steps)"
+def _steps_done(run: Mapping[str, Any]) -> int:
+    return run["records"][-1]["step"] if run["records"] else 0
+
+
+def _steps_cell(run: Mapping[str, Any], reached: int | None, steps: int) -> str:
+    """A seed's cell: the step it reached 0.8 at; "not reached" once it has run every step;
+    "pending" before (a run in progress or not started must not read as "not reached")."""
+    done = _steps_done(run)
+    if done == 0:
+        return "–"
+    progress = "" if done >= steps else f" ({done}/{steps} steps)"
+    if reached is not None:
+        return f"{reached}{progress}"
+    return "not reached" if done >= steps else f"pending{progress}"
 
 
 def steps_table(data: Mapping[str, Any], format_name: str) -> tuple[str, dict[str, Any]]:
@@ -753,18 +765,20 @@ def steps_table(data: Mapping[str, Any], format_name: str) -> tuple[str, dict[st
         }
         found[method] = values
         cells = [
-            ""
-            if seed not in runs
-            else ("not reached" if values[seed] is None else str(values[seed]))
-            + _progress(runs[seed], steps)
+            "" if seed not in runs else _steps_cell(runs[seed], values[seed], steps)
             for seed in seeds
         ]
-        median = median_steps(list(values.values()))
-        lines.append(
-            f"| {method} | "
-            + " | ".join(cells)
-            + f" | {'not reached' if median is None else f'{median:g}'} |"
-        )
+        # The median over the decided seeds (reached, or run to the end without reaching it).
+        decided = [
+            value
+            for seed, value in values.items()
+            if value is not None or _steps_done(runs[seed]) >= steps
+        ]
+        median = median_steps(decided)
+        median_cell = "–" if not decided else "not reached" if median is None else f"{median:g}"
+        if decided and len(decided) < len(values):
+            median_cell += f" ({len(decided)} of {len(values)} seeds)"
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {median_cell} |")
     return "\n".join(lines) + "\n", found
 
 

@@ -212,8 +212,9 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
         "methods": {
             "gdpo": {"advantage_estimator": "gdpo"},
             "mrtpo": {"advantage_estimator": "mrtpo"},
+            "grpo": {"advantage_estimator": "grpo"},
         },  # fmt: skip
-        "seeds": {"gdpo": [0, 1, 2], "mrtpo": [0, 1, 2]},
+        "seeds": {"gdpo": [0, 1, 2], "mrtpo": [0, 1, 2], "grpo": [0, 1, 2]},
     }
     convergence._write_json(root / "tool_calling" / "study.json", study)
     write_fixture_run(root, "gdpo", 0, [0.5, 0.6, 0.7, 0.8], 0.30)  # never 0.8 on average
@@ -222,12 +223,17 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     write_fixture_run(root, "mrtpo", 0, [0.8, 0.9, 0.9, 0.9], 0.35)  # step 3
     write_fixture_run(root, "mrtpo", 1, [0.7, 0.9, 0.9, 1.0], 0.50)  # step 3
     write_fixture_run(root, "mrtpo", 2, [0.9, 0.9, 0.6, 0.9], 0.45)  # step 3
+    write_fixture_run(root, "grpo", 0, [0.7, 0.7, 0.8, 0.9], 0.20)  # step 4
+    write_fixture_run(root, "grpo", 1, [0.8, 0.8, 0.8], 0.0)  # step 3, 3 of 4 steps run
+    # grpo seed 2: not started (no folder)
 
     path = convergence.write_report(root)
     text = path.read_text()
     assert text.index("python benchmarks/convergence.py --steps 4") < text.index("## Training")
-    assert "| gdpo | not reached | 3 | not reached (2/4 steps) | not reached |" in text
+    # A run in progress is "pending", not "not reached"; the median is over decided seeds.
+    assert "| gdpo | not reached | 3 | pending (2/4 steps) | not reached (2 of 3 seeds) |" in text
     assert "| mrtpo | 3 | 3 | 3 | 3 |" in text
+    assert "| grpo | 4 | 3 (3/4 steps) | – | 3.5 (2 of 3 seeds) |" in text
     # Final policy: the median over seeds, every seed's value (an unfinished one as "–").
     assert "| gdpo | 0.350 (0.30, 0.40, –) |" in text
     # Paired by seed, seeds both finished: 0.35 - 0.30 and 0.50 - 0.40.
