@@ -905,36 +905,48 @@ def replay_table(data: Mapping[str, Any], names: Sequence[str]) -> str:
 
 
 def time_table(data: Mapping[str, Any]) -> str:
-    """Per method: the median step time (TRL's `step_time`, wall clock, over steps and seeds),
-    the training CPU seconds per step and the evaluation's CPU seconds (means over the runs'
-    `run.json`; CPU time counts this machine's work whatever else ran), ratios to the baseline."""
-    columns: dict[str, dict[str, float | None]] = {}
+    """Per method: each run's median step time (TRL's `step_time`, wall clock), their median
+    over seeds, the training CPU seconds per step (`run.json`; CPU time counts this machine's
+    work whatever else ran) and the evaluation's CPU seconds. Ratios to the baseline are paired
+    by seed, then the median over seeds: the runs of a seed ran side by side on one machine,
+    while the machine's speed can differ between the sessions that ran different seeds."""
+    seeds = sorted({seed for runs in data["runs"].values() for seed in runs})
+    wall: dict[str, dict[int, float]] = {}
+    cpu: dict[str, dict[int, float]] = {}
+    evaluation: dict[str, list[float]] = {}
     for method, runs in data["runs"].items():
-        times = [r["step_time"] for run in runs.values() for r in run["records"] if r.get("step_time")]  # fmt: skip
-        cpu = [
-            run["run"]["train_cpu_seconds"] / run["records"][-1]["step"]
-            for run in runs.values()
-            if run["run"] and run["run"].get("train_cpu_seconds") and run["records"]
-        ]
-        evaluation = [run["run"]["eval_cpu_seconds"] for run in runs.values() if (run["run"] or {}).get("eval_cpu_seconds")]  # fmt: skip
-        columns[method] = {
-            "wall": float(np.median(times)) if times else None,
-            "cpu": float(np.mean(cpu)) if cpu else None,
-            "eval": float(np.mean(evaluation)) if evaluation else None,
-        }
-    base = columns.get(BASELINE, {})
+        wall[method], cpu[method], evaluation[method] = {}, {}, []
+        for seed, run in runs.items():
+            times = [r["step_time"] for r in run["records"] if r.get("step_time")]
+            if times:
+                wall[method][seed] = float(np.median(times))
+            record = run["run"] or {}
+            if record.get("train_cpu_seconds") and run["records"]:
+                cpu[method][seed] = record["train_cpu_seconds"] / run["records"][-1]["step"]
+            if record.get("eval_cpu_seconds"):
+                evaluation[method].append(record["eval_cpu_seconds"])
 
-    def ratio(value: float | None, key: str) -> str:
-        return _cell(value / base[key] if value is not None and base.get(key) else None, 2)
+    def median(values: Mapping[int, float]) -> float | None:
+        return float(np.median(list(values.values()))) if values else None
+
+    def paired_ratio(column: Mapping[str, Mapping[int, float]], method: str) -> str:
+        base = column.get(BASELINE, {})
+        ratios = [value / base[s] for s, value in column[method].items() if base.get(s)]
+        return _cell(float(np.median(ratios)), 2) if ratios else "–"
 
     lines = [
-        f"| method | median step, wall (s) | / {BASELINE} | CPU s per step | / {BASELINE} | evaluation CPU s |",  # fmt: skip
-        "|---|---:|---:|---:|---:|---:|",
+        "| method | "
+        + " | ".join(f"seed {seed}, wall (s)" for seed in seeds)
+        + f" | median step, wall (s) | / {BASELINE} | CPU s per step | / {BASELINE} | evaluation CPU s |",  # fmt: skip
+        "|---|" + "---:|" * (len(seeds) + 5),
     ]
-    for method, value in columns.items():
+    for method in data["runs"]:
+        per_seed = " | ".join(_cell(wall[method].get(seed), 1) for seed in seeds)
+        mean_eval = float(np.mean(evaluation[method])) if evaluation[method] else None
         lines.append(
-            f"| {method} | {_cell(value['wall'], 1)} | {ratio(value['wall'], 'wall')} "
-            f"| {_cell(value['cpu'], 1)} | {ratio(value['cpu'], 'cpu')} | {_cell(value['eval'], 0)} |"
+            f"| {method} | {per_seed} | {_cell(median(wall[method]), 1)} "
+            f"| {paired_ratio(wall, method)} | {_cell(median(cpu[method]), 1)} "
+            f"| {paired_ratio(cpu, method)} | {_cell(mean_eval, 0)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -991,6 +1003,11 @@ Test rows: {settings["eval_samples"]} samples each at temperature {settings["eva
 
 {replay_table(data, names)}
 ## Wall time per step
+
+Each run's median step time per seed; ratios to {BASELINE} are paired by seed (median over
+seeds). The runs of a seed start `--jobs` at a time in the order of `--methods` (the command
+above), so runs side by side shared the machine, and different seeds may have run in sessions
+of different machine speed.
 
 {time_table(data)}"""
     path = results / "README.md"

@@ -177,7 +177,7 @@ def write_fixture_run(
     lines = []
     for step, value in enumerate(formats, start=1):
         record = {"step": step, "rewards/tool_format/mean": value,
-                  "rewards/tool_correctness/mean": value / 2, "step_time": 10.0 * (1 + (method == "mrtpo"))}  # fmt: skip
+                  "rewards/tool_correctness/mean": value / 2, "step_time": 10.0 * (1 + (method == "mrtpo")) * (1 + seed)}  # fmt: skip
         if method == "mrtpo":
             record.update({"mrtpo/distance/tool_format/mean": 0.02,
                            "mrtpo/distance/tool_format/top10_share": 0.4})  # fmt: skip
@@ -240,7 +240,11 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     low, high = convergence.bootstrap_interval([0.05, 0.10])
     assert f"| test exact calls | 0.050 | 0.100 | – | 0.075 | [{low:.3f}, {high:.3f}] |" in text
     assert "seed 1: +0" in text  # steps to 0.8, both reached on seed 1
-    assert "| mrtpo | 20.0 | 2.00 | 20.0 | 2.00 | 100 |" in text  # per step, ratios to gdpo
+    # Step times per seed (each seed ran on a machine of another speed); ratios paired by seed:
+    # grpo's pooled median (15.0) over gdpo's (20.0) would read 0.75 though every pair is 1.
+    assert "| mrtpo | 20.0 | 40.0 | 60.0 | 40.0 | 2.00 | 20.0 | 2.00 | 100 |" in text
+    assert "| grpo | 10.0 | 20.0 | – | 15.0 | 1.00 | 10.0 | 1.00 | 100 |" in text
+    assert "| gdpo | 10.0 | 20.0 | 30.0 | 20.0 | 1.00 | 10.0 | 1.00 | 100 |" in text
     assert "| mrtpo | tool_format | 0.020 | 0.020 | 0.400 | 0.400 |" in text
     assert (root / "curves.png").stat().st_size > 0 and (root / "replay.png").stat().st_size > 0
     assert convergence.write_report(root).read_text() == text  # from the files alone
