@@ -323,6 +323,14 @@ def is_finished(folder: Path, evaluate: bool) -> bool:
     return bool((_read_json(folder / RUN_FILE) or {}).get("trained"))
 
 
+def _has_saved_state(checkpoints: Path) -> bool:
+    """Whether `checkpoints` holds a step checkpoint or the trained model (its config.json)."""
+    return checkpoints.is_dir() and (
+        (checkpoints / "config.json").is_file()
+        or any(path.is_dir() for path in checkpoints.glob("checkpoint-*"))
+    )
+
+
 def build_cold_start(args: argparse.Namespace) -> Path:
     """The demo's cold start (`mrtpo sft --task tool_calling`, `--sft_max_steps` steps of the
     SFT defaults) into the results folder, once."""
@@ -351,7 +359,13 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
     evaluate = args.eval_samples > 0
     if is_finished(folder, evaluate):
         return folder
-    record = _read_json(folder / RUN_FILE) or {
+    record = _read_json(folder / RUN_FILE)
+    if record is not None and not _has_saved_state(checkpoints):
+        # Checkpoints are never committed: after a machine restart a run.json may outlive the
+        # state it describes (a trained model to evaluate, steps to resume). Start it over.
+        print(f"{folder}: run.json but no checkpoint under {checkpoints}; training from scratch")
+        record = None
+    record = record or {
         "method": method,
         "seed": seed,
         "overrides": args.variants[method],

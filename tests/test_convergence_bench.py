@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -132,6 +133,16 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     convergence.train_run(args, "gdpo", 0)  # finished: nothing is redone
     assert (folder / "final_eval.json").stat().st_mtime_ns == stamp
     assert json.loads((folder / "run.json").read_text()) == run
+
+    # A machine restart keeps the committed files but not the checkpoints: a run.json that says
+    # "trained" without the model to evaluate starts the run over instead of failing.
+    (folder / "final_eval.json").unlink()
+    shutil.rmtree(folder / "checkpoints")
+    convergence.train_run(args, "gdpo", 0)
+    again = json.loads((folder / "run.json").read_text())
+    assert again["resumed_from"] == [] and again["trained"]
+    retrained = convergence.read_metrics(folder / "metrics.jsonl")
+    assert [(r["step"], r.get("loss")) for r in retrained] == [(r["step"], r.get("loss")) for r in records]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the report
