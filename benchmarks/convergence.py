@@ -325,9 +325,10 @@ def is_finished(folder: Path, evaluate: bool) -> bool:
 
 def _has_saved_state(checkpoints: Path) -> bool:
     """Whether `checkpoints` holds a step checkpoint or the trained model (its config.json)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
     return checkpoints.is_dir() and (
-        (checkpoints / "config.json").is_file()
-        or any(path.is_dir() for path in checkpoints.glob("checkpoint-*"))
+        (checkpoints / "config.json").is_file() or get_last_checkpoint(str(checkpoints)) is not None
     )
 
 
