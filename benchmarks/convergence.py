@@ -921,8 +921,9 @@ def replay_table(data: Mapping[str, Any], names: Sequence[str]) -> str:
 
 def time_table(data: Mapping[str, Any]) -> str:
     """Per method: each run's median step time (TRL's `step_time`, wall clock), their median
-    over seeds, the training CPU seconds per step (`run.json`; CPU time counts this machine's
-    work whatever else ran) and the evaluation's CPU seconds. Ratios to the baseline are paired
+    over seeds, the training CPU seconds per step (that median times the training's CPU seconds
+    over its wall seconds in `run.json`; CPU time counts this machine's work whatever else ran)
+    and the evaluation's CPU seconds. Ratios to the baseline are paired
     by seed, then the median over seeds: the runs of a seed ran side by side on one machine,
     while the machine's speed can differ between the sessions that ran different seeds."""
     seeds = sorted({seed for runs in data["runs"].values() for seed in runs})
@@ -936,8 +937,12 @@ def time_table(data: Mapping[str, Any]) -> str:
             if times:
                 wall[method][seed] = float(np.median(times))
             record = run["run"] or {}
-            if record.get("train_cpu_seconds") and run["records"]:
-                cpu[method][seed] = record["train_cpu_seconds"] / run["records"][-1]["step"]
+            if record.get("train_cpu_seconds") and record.get("train_seconds") and times:
+                # The CPU share of the timed training, times the step's wall time: run.json is
+                # written when training stops, so a run killed and resumed (after a machine
+                # restart) has timed only its last part; dividing by every step would undercount.
+                share = record["train_cpu_seconds"] / record["train_seconds"]
+                cpu[method][seed] = wall[method][seed] * share
             if record.get("eval_cpu_seconds"):
                 evaluation[method].append(record["eval_cpu_seconds"])
 

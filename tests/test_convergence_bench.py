@@ -199,7 +199,11 @@ def write_fixture_run(
         result = {part: {metric: {"mean": exact, "se": 0.02, "n": 300} for metric in ("format", "correctness", "exact")}  # fmt: skip
                   for part in ("test", "bfcl_simple_python")}  # fmt: skip
         (folder / "final_eval.json").write_text(json.dumps(result))
-        cpu = {"train_cpu_seconds": 40.0 * (1 + (method == "mrtpo")), "eval_cpu_seconds": 100.0}
+        # Half a core's CPU time while training. mrtpo seed 2 was killed and resumed after its
+        # run.json was lost: its record times only the last 2 of its 4 steps.
+        steps_timed = 2 if (method, seed) == ("mrtpo", 2) else 4
+        wall = 10.0 * (1 + (method == "mrtpo")) * (1 + seed) * steps_timed
+        cpu = {"train_seconds": wall, "train_cpu_seconds": wall / 2, "eval_cpu_seconds": 100.0}
         (folder / "run.json").write_text(json.dumps(cpu))
 
 
@@ -253,9 +257,11 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     assert "seed 1: +0" in text  # steps to 0.8, both reached on seed 1
     # Step times per seed (each seed ran on a machine of another speed); ratios paired by seed:
     # grpo's pooled median (15.0) over gdpo's (20.0) would read 0.75 though every pair is 1.
+    # CPU s per step: the step's wall time x the CPU share (0.5) of the timed part, so mrtpo
+    # seed 2 reads 30.0 although its run.json timed 2 of its 4 steps (60 s over 4 steps: 15.0).
     assert "| mrtpo | 20.0 | 40.0 | 60.0 | 40.0 | 2.00 | 20.0 | 2.00 | 100 |" in text
-    assert "| grpo | 10.0 | 20.0 | – | 15.0 | 1.00 | 10.0 | 1.00 | 100 |" in text
-    assert "| gdpo | 10.0 | 20.0 | 30.0 | 20.0 | 1.00 | 10.0 | 1.00 | 100 |" in text
+    assert "| grpo | 10.0 | 20.0 | – | 15.0 | 1.00 | 5.0 | 1.00 | 100 |" in text
+    assert "| gdpo | 10.0 | 20.0 | 30.0 | 20.0 | 1.00 | 7.5 | 1.00 | 100 |" in text
     assert "| mrtpo | tool_format | 0.020 | 0.020 | 0.400 | 0.400 |" in text
     assert (root / "curves.png").stat().st_size > 0 and (root / "replay.png").stat().st_size > 0
     assert convergence.write_report(root).read_text() == text  # from the files alone
