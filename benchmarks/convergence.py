@@ -693,7 +693,7 @@ def plot_curves(data: Mapping[str, Any], names: Sequence[str], path: Path) -> No
         if index == 0:
             axes.axhline(THRESHOLD, color="black", linewidth=0.8, linestyle="--")
         axes.set_xlabel("step")
-        axes.set_ylabel(f"training {name} (mean of the step's completions)")
+        axes.set_ylabel("training reward (mean of the step)")
         axes.set_title(name)
         axes.grid(alpha=0.3)
         axes.legend(fontsize="small")
