@@ -122,9 +122,11 @@ def main(out_dir: str) -> None:
             per_reward=torch.nan_to_num(normalized[scored.local]),
             token=None,
         )
-        step.token = trainer._token_advantages(step, GROUP_SIZE, width)
+        step.token = trainer._token_advantages(scored, step, GROUP_SIZE, width)
         trainer._last_credit_step = None
-        trainer._write_credit_maps(step, width)  # replays each process's chosen rows it skipped
+        trainer._write_credit_maps(
+            scored, step, width
+        )  # replays each process's chosen rows it skipped
         records[name] = {
             "advantages": step.token.advantages.cpu(),
             "replayed": step.token.replay.rows,

@@ -17,11 +17,13 @@ from mrtpo.advantages import (
     ESTIMATORS,
     TokenRelevance,
     beta_at,
+    bounded_rows,
     gdpo,
     get_estimator,
     grpo,
     mrtpo,
     per_reward,
+    reallocation_scale,
     register_estimator,
     shuffle_weights,
     token_weights,
@@ -441,3 +443,159 @@ def test_registered_estimators_equal_the_functions(scale):
         estimate["gdpo"](rewards, 4, relevance=TokenRelevance(weights, mask))
     with pytest.raises(ValueError, match="relevance.weights"):
         estimate["mrtpo"](rewards, 4, relevance=TokenRelevance(weights[:, :1], mask))
+
+
+# ----------------------------------------------------------------------------- bounded normalization
+
+# One group of 4 whose two binary rewards are exactly anti-correlated: every row's S is 0.
+ANTI = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+
+
+def paper_formula(rewards, group_size, distance, mask, beta, c=None, eps=1e-4):
+    """The paper's A_t, written out independently in float64 (no code of mrtpo.advantages)."""
+    r = rewards.double()
+    n, k = r.shape
+    c = torch.ones(k, dtype=torch.float64) if c is None else torch.tensor(c, dtype=torch.float64)
+    g = r.view(-1, group_size, k)
+    mean = torch.nanmean(g, dim=1, keepdim=True)
+    count = (~torch.isnan(g)).sum(dim=1, keepdim=True)
+    var = torch.nansum((g - mean) ** 2, dim=1, keepdim=True) / (count - 1)
+    std = (
+        torch.where(count > 1, var.sqrt(), torch.nan) if group_size > 1 else torch.zeros_like(mean)
+    )
+    a = ((g - mean) / (std + eps)).view(n, k)  # Ã_k
+    s = torch.nansum(a * c, dim=1)
+    scorable = ~torch.isnan(r).all(dim=1)
+    s_ok = s[scorable]
+    std_s = s_ok.std() if s_ok.numel() > 1 else torch.tensor(0.0, dtype=torch.float64)
+    q = distance.double() * mask.unsqueeze(1)
+    lengths = mask.sum(-1).clamp(min=1).double().view(n, 1, 1)
+    qbar = q.sum(-1, keepdim=True) / lengths
+    w = torch.where(qbar < 1e-8, 1.0, (1 - beta) + beta * q / qbar.clamp(min=1e-300))
+    num = torch.nansum(torch.nan_to_num(a, nan=0.0).unsqueeze(-1) * c.view(1, -1, 1) * w, dim=1)
+    out = (num - s_ok.mean()) / (std_s + eps)
+    out[~scorable] = 0.0
+    return out * mask
+
+
+def test_reallocation_scale_and_bounded_rows_on_the_anti_correlated_group():
+    a = 0.5 / (torch.tensor([1.0, 1.0, 0.0, 0.0]).std() + 1e-4)  # |Ã_k| on every row
+    torch.testing.assert_close(reallocation_scale(ANTI, 4), a, rtol=1e-6, atol=0)
+    assert bounded_rows(ANTI, 4).tolist() == [True] * 4
+    # Two groups, one ordinary (rewards agree), one anti-correlated: std S is that of the
+    # ordinary group's S, well above one reward's scale: nothing is bounded.
+    agree = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    assert not bounded_rows(torch.cat([agree, ANTI]), 4).any()
+    # Rows with nothing to re-allocate are not counted: a constant group beside ANTI.
+    constant = torch.ones(4, 2)
+    assert bounded_rows(torch.cat([ANTI, constant]), 4).tolist() == [True] * 4 + [False] * 4
+
+
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+def test_bounded_advantages_on_the_anti_correlated_group(beta):
+    gen = torch.Generator().manual_seed(3)
+    distance = torch.rand(4, 2, 16, generator=gen)
+    distance[:, :, :4] *= 20  # concentrated: large weights on a few tokens
+    mask = torch.ones(4, 16, dtype=torch.bool)
+    unbounded = mrtpo(ANTI, 4, distance, mask, beta, bounded=False)
+    assert unbounded.abs().max() > 1_000  # the failure the bound exists for
+    bounded = mrtpo(ANTI, 4, distance, mask, beta)
+    # By hand: S = 0 on every row, so A_t = sum_k (w_{k,t} - 1) Ã_k / scale, scale = |Ã_k|.
+    normalized = per_reward(ANTI, 4)
+    w = token_weights(distance, mask, beta)
+    expected = ((w - 1) * normalized.unsqueeze(-1)).sum(1) / normalized.abs().max()
+    torch.testing.assert_close(bounded, expected, rtol=1e-5, atol=1e-6)
+    assert bounded.abs().max() <= (w - 1).abs().sum(1).max() + 1e-5  # weights' scale
+    # Token mean is GDPO's (0 here) and the credit still moves: rewards point at their tokens.
+    torch.testing.assert_close(bounded.mean(-1), torch.zeros(4), atol=1e-5, rtol=0)
+    assert bounded.std(-1).min() > 0.1
+
+
+@pytest.mark.parametrize("top", [0.999, 0.99])
+def test_bounded_advantages_when_one_reward_is_perturbed(top):
+    rewards = ANTI.clone()
+    rewards[0, 0] = top  # std S is tiny but not 0: GDPO's own advantage is then of order 1
+    gen = torch.Generator().manual_seed(4)
+    distance = torch.rand(4, 2, 12, generator=gen)
+    mask = torch.ones(4, 12, dtype=torch.bool)
+    unbounded = mrtpo(rewards, 4, distance, mask, 1.0, bounded=False)
+    assert unbounded.abs().max() > 50
+    bounded = mrtpo(rewards, 4, distance, mask, 1.0)
+    response = gdpo(rewards, 4)
+    w = token_weights(distance, mask, 1.0)
+    normalized = per_reward(rewards, 4)
+    scale = reallocation_scale(rewards, 4)
+    expected = response.unsqueeze(-1) + ((w - 1) * normalized.unsqueeze(-1)).sum(1) / scale
+    torch.testing.assert_close(bounded, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bounded.mean(-1), response, rtol=1e-5, atol=1e-5)
+    assert bounded.abs().max() < response.abs().max() + 2 * (w - 1).abs().sum(1).max()
+
+
+def test_bounded_normalization_is_continuous_where_it_engages():
+    """Moving a reward across the point where std S + eps meets the per-reward scale moves the
+    advantages continuously (no cliff): both formulas agree there."""
+    gen = torch.Generator().manual_seed(5)
+    distance = torch.rand(4, 2, 10, generator=gen)
+    mask = torch.ones(4, 10, dtype=torch.bool)
+
+    anti, independent = torch.tensor([0.0, 0.0, 1.0, 1.0]), torch.tensor([1.0, 0.0, 1.0, 0.0])
+
+    def rewards_at(x: float) -> torch.Tensor:  # x = 0: anti-correlated; x = 1: uncorrelated
+        return torch.stack([ANTI[:, 0], (1 - x) * anti + x * independent], dim=1)
+
+    def gap(x: float) -> float:
+        r = rewards_at(x)
+        normalized = per_reward(r, 4)
+        s = normalized.sum(1)
+        return float(s.std() + 1e-4 - reallocation_scale(r, 4))
+
+    lo, hi = 0.0, 1.0  # bisect for the crossing (gap < 0: bounded)
+    assert gap(lo) < 0 < gap(hi)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gap(mid) < 0 else (lo, mid)
+    below, above = rewards_at(lo), rewards_at(hi)
+    assert bounded_rows(below, 4).all() and not bounded_rows(above, 4).any()
+    a_below = mrtpo(below, 4, distance, mask, 1.0)
+    a_above = mrtpo(above, 4, distance, mask, 1.0)
+    torch.testing.assert_close(a_below, a_above, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ordinary_batches_are_the_papers_formula_bitwise(seed):
+    gen = torch.Generator().manual_seed(seed)
+    groups, group_size, num_rewards, length = 4, 4, 3, 7
+    n = groups * group_size
+    rewards = (torch.rand(n, num_rewards, generator=gen) < 0.5).float()
+    rewards[:, 2] = torch.rand(n, generator=gen)  # a continuous reward
+    distance = torch.rand(n, num_rewards, length, generator=gen)
+    mask = torch.arange(length) < torch.randint(1, length + 1, (n, 1), generator=gen)
+    c = [1.0, 0.5, 2.0] if seed % 2 else None
+    assert not bounded_rows(rewards, group_size, c).any()
+    bounded = mrtpo(rewards, group_size, distance, mask, 0.7, weights=c)
+    assert torch.equal(bounded, mrtpo(rewards, group_size, distance, mask, 0.7, c, bounded=False))
+    expected = paper_formula(rewards, group_size, distance, mask, 0.7, c).float()
+    torch.testing.assert_close(bounded, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(mrtpo_inputs())
+def test_one_varying_reward_never_engages_the_bound(inputs):
+    rewards, group_size, distance, mask, beta, c = inputs
+    single = rewards[:, :1]
+    assert not bounded_rows(single, group_size, None if c is None else c[:1]).any()
+    # Constant extra rewards vary nowhere and do not change that.
+    padded = torch.cat([single, torch.ones_like(single)], dim=1)
+    assert not bounded_rows(padded, group_size).any()
+
+
+@settings(max_examples=100, deadline=None)
+@given(mrtpo_inputs())
+def test_bounded_advantages_are_affine_in_beta(inputs):
+    """The trainer moves a generation's advantages between betas by their slope: exact only if
+    A_t is affine in beta, bounded or not."""
+    rewards, group_size, distance, mask, _, c = inputs
+    at = {b: mrtpo(rewards, group_size, distance, mask, b, weights=c) for b in (0.0, 0.5, 1.0)}
+    torch.testing.assert_close(
+        at[0.5], (at[0.0] + at[1.0]) / 2, atol=rounding_scale(inputs) + 1e-5, rtol=1e-5
+    )

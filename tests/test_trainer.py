@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from datasets import Dataset
 from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -80,10 +81,10 @@ class RecordingMRTPO(Recorder, MRTPOTrainer):
         )
         return output
 
-    def _replay(self, completion_width, rows, wanted=None):
+    def _replay(self, scored, completion_width, rows, wanted=None):
         self.replays += 1
         self.replayed_rows += len(rows)
-        return super()._replay(completion_width, rows, wanted)
+        return super()._replay(scored, completion_width, rows, wanted)
 
 
 class RecordingGRPO(Recorder, GRPOTrainer):
@@ -356,6 +357,20 @@ def test_saw_weights_are_the_steps_own_and_logged(tmp_path, estimator):
             mask = batch["completion_mask"].float()
             got = (got * mask).sum(-1) / mask.sum(-1)
         torch.testing.assert_close(got, response, rtol=1e-5, atol=1e-5)
+        # The weighted reward trained on, sum_k c_k r_k with SAW's c_k (unscorable rows left
+        # out), beside TRL's `reward` with the static weights 1.
+        rewards = batch["rewards"]
+        scorable = ~torch.isnan(rewards).all(1)
+        weighted = (torch.nan_to_num(rewards) * expected).sum(1)[scorable]
+        static = torch.nan_to_num(rewards).sum(1)[scorable]
+        assert line["mrtpo/weighted_reward"] == pytest.approx(weighted.mean().item(), rel=1e-5)
+        assert line["mrtpo/weighted_reward_std"] == pytest.approx(weighted.std().item(), rel=1e-5)
+        assert line["reward"] == pytest.approx(static.mean().item(), rel=1e-5)
+        assert abs(weighted.mean() - static.mean()) > 1e-3  # the two differ here
+    # TRL's completions table holds the last batch's response advantages with SAW's weights.
+    torch.testing.assert_close(
+        torch.tensor(list(trainer._logs["advantages"])), response, rtol=1e-5, atol=1e-6
+    )
     assert any(sum(line[f"mrtpo/reward_weight/{n}"] for n in names) > 2.9 for line in steps)
     # The curves figure gets a second panel (taller) for the weights.
     width, height = png_size(Path(trainer.args.output_dir) / "curves.png")
@@ -365,7 +380,7 @@ def test_saw_weights_are_the_steps_own_and_logged(tmp_path, estimator):
 def test_static_weights_are_not_logged(tmp_path):
     trainer = train_mrtpo(tmp_path, advantage_estimator="gdpo", max_steps=1)
     text = (Path(trainer.args.output_dir) / "metrics.jsonl").read_text()
-    assert "mrtpo/reward_weight/" not in text
+    assert "mrtpo/reward_weight/" not in text and "mrtpo/weighted_reward" not in text
     assert png_size(Path(trainer.args.output_dir) / "curves.png") == (700, 400)
 
 
@@ -427,11 +442,11 @@ class StepBetaRecorder(RecordingMRTPO):
         self.steps_seen: list[int] = []
         super().__init__(*args, **kwargs)
 
-    def _token_advantages(self, step, group_size, width):
-        token = super()._token_advantages(step, group_size, width)
-        distance = torch.zeros(len(self._scored.prompts), len(self.reward_funcs), width)
+    def _token_advantages(self, scored, step, group_size, width):
+        token = super()._token_advantages(scored, step, group_size, width)
+        distance = torch.zeros(len(scored.prompts), len(self.reward_funcs), width)
         distance[token.replay.rows] = token.replay.distance.cpu()
-        self.generations.append({"distance": distance, "mask": self._scored.response_mask(width)})
+        self.generations.append({"distance": distance, "mask": scored.response_mask(width)})
         return token
 
     def _generate_and_score_completions(self, inputs):
@@ -460,41 +475,68 @@ def row_keys(batch: dict) -> list[tuple]:
         dict(gradient_accumulation_steps=1, steps_per_generation=2),
         # ... of two micro-batches each, every generation used for 2 iterations
         dict(gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2),
+        # generations not aligned with optimizer steps: the second of each three starts inside
+        # a step and ends in the next (micro-batches 2, 3 serve steps 0, 1)
+        dict(gradient_accumulation_steps=3, steps_per_generation=2),
+        # three micro-batches a generation, two a step: every other one crosses a boundary
+        dict(gradient_accumulation_steps=2, steps_per_generation=3),
+        # one micro-batch a step, each generation trained on twice (two steps)
+        dict(gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=2),
     ],
 )
-def test_beta_is_the_optimizer_steps_own_when_a_generation_serves_several(tmp_path, schedule):
-    warmup, final_beta = 4, 1.0
+def test_beta_is_the_optimizer_steps_own_whatever_the_schedule(tmp_path, schedule):
+    warmup, final_beta, steps = 4, 1.0, 4
     trainer = train_mrtpo(
         tmp_path,
         trainer_class=StepBetaRecorder,
         per_device_train_batch_size=4,
-        max_steps=4,
+        max_steps=steps,
         mrtpo_warmup_steps=warmup,
         mrtpo_beta=final_beta,
         **schedule,
     )
-    assert trainer.state.global_step == 4 and len(trainer.generations) == 2
+    accumulation = schedule["gradient_accumulation_steps"]
+    served = schedule["steps_per_generation"] * schedule.get("num_iterations", 1)
+    # By hand, as transformers' Trainer groups micro-batches: GA of them a step, and the rest
+    # at an epoch's end (8 prompts: 8 micro-batches of one group an epoch, x num_iterations).
+    # Micro-batch m comes from generation m // served (TRL makes one every `served`).
+    per_epoch = len(trainer.get_train_dataloader())
+    hand_steps: list[int] = []
+    while len(set(hand_steps)) < steps:
+        for start in range(0, per_epoch, accumulation):
+            hand_steps += [len(set(hand_steps))] * min(accumulation, per_epoch - start)
+    hand_steps = [s for s in hand_steps if s < steps]
+    assert trainer.state.global_step == steps
+    assert trainer.steps_seen == hand_steps
+    assert len(trainer.generations) == -(-len(hand_steps) // served)  # ceil
+    for g, generation in enumerate(trainer.generations):
+        steps_served = set(hand_steps[g * served : (g + 1) * served])
+        some_beta = max(advantages.beta_at(s, final_beta, warmup) for s in steps_served) > 0
+        moving = (torch.nan_to_num(advantages.per_reward(generation["rewards"], 4)) != 0).any()
+        # Replayed if and only if some step it serves has beta > 0 (and some Ã_k is not 0).
+        assert bool(generation["distance"].abs().sum() > 0) == bool(some_beta and moving), (
+            f"generation {g} serves steps {sorted(steps_served)}"
+        )
     # Each micro-batch's advantages are MRTPO's at the beta of the optimizer step it is in,
     # from the distances and rewards of the generation batch its rows come from.
     moved = 0.0
-    for step, keys, seen in zip(trainer.steps_seen, trainer.seen_keys, trainer.seen, strict=True):
-        index, generation = next(
-            (i, g) for i, g in enumerate(trainer.generations) if keys[0] in g["keys"]
-        )
+    for m, (keys, seen) in enumerate(zip(trainer.seen_keys, trainer.seen, strict=True)):
+        g = m // served
+        generation = trainer.generations[g]
+        assert set(keys) <= set(generation["keys"])
         rows = [generation["keys"].index(key) for key in keys]
-        beta = advantages.beta_at(step, final_beta, warmup)
+        beta = advantages.beta_at(hand_steps[m], final_beta, warmup)
         expected = advantages.mrtpo(
             generation["rewards"], 4, generation["distance"], generation["mask"], beta
         )[rows]
         width = seen["advantages"].shape[1]
         torch.testing.assert_close(seen["advantages"], expected[:, :width], rtol=1e-5, atol=1e-6)
-        generation_step = 2 * index  # two optimizer steps per generation batch
         at_generation = advantages.mrtpo(
             generation["rewards"],
             4,
             generation["distance"],
             generation["mask"],
-            advantages.beta_at(generation_step, final_beta, warmup),
+            advantages.beta_at(hand_steps[g * served], final_beta, warmup),
         )[rows]
         moved = max(moved, (expected - at_generation).abs().max().item())
     assert moved > 1e-3  # the generation step's beta would have given other advantages
@@ -626,12 +668,12 @@ def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
     seen_models = []
 
     class Watching(RecordingMRTPO):
-        def _replay(self, completion_width, rows, wanted=None):
+        def _replay(self, scored, completion_width, rows, wanted=None):
             model = self.accelerator.unwrap_model(self.model)
             # The model the replay calls: the PEFT model, its LoRA layers switched on.
             lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
             seen_models.append((isinstance(model, peft.PeftModel), bool(lora_on) and all(lora_on)))
-            return super()._replay(completion_width, rows, wanted)
+            return super()._replay(scored, completion_width, rows, wanted)
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(
@@ -845,3 +887,119 @@ def test_two_processes_agree_with_one(tmp_path, weighting):
         torch.testing.assert_close(
             token_mean, advantages.gdpo(zero["rewards"], 8, weights), rtol=1e-5, atol=1e-5
         )
+
+
+# ---------------------------------------------------------------------- prompts refused up front
+
+
+def test_unsupported_prompt_is_refused_before_generation(tmp_path):
+    image_part = [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image", "text": None},
+    ]
+    rows = [{"prompt": [{"role": "user", "content": image_part}], "letter": "a"}] * 2
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    generated = []
+
+    class Watching(MRTPOTrainer):
+        def _generate(self, prompts):
+            generated.append(len(prompts))
+            return super()._generate(prompts)
+
+    args = MRTPOConfig(output_dir=str(tmp_path), **{**COMMON, "max_steps": 1})
+    trainer = Watching(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    with pytest.raises(ValueError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "prompts[0] has a 'user' message with a non-text content part" in message
+    assert "advantage_estimator='gdpo' and credit_map_steps=0" in message
+    assert generated == []  # refused before anything was generated
+    # GDPO with credit maps replays the rows it shows: refused alike.
+    gdpo_args = MRTPOConfig(
+        output_dir=str(tmp_path / "gdpo"),
+        **{**COMMON, "max_steps": 1},
+        advantage_estimator="gdpo",
+        credit_map_steps=1,
+    )
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    gdpo_trainer = Watching(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=gdpo_args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    with pytest.raises(ValueError, match="credit_map_steps=1"):
+        gdpo_trainer.train()
+    assert generated == []
+
+
+def test_two_processes_refuse_a_prompt_that_only_one_holds(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        str(Path(sys.executable).with_name("accelerate")),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(TESTS / "prompt_check_toys.py"),
+        str(tmp_path),
+    ]
+    # A process left waiting in a collective would hang until gloo's 30-minute timeout.
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode != 0
+    messages = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert messages[0] == messages[1]  # the same error on both, whichever held the row
+    assert "has no user message to append verifier information to" in messages[0]
+    assert "process 0: prompts[" in messages[0] or "process 1: prompts[" in messages[0]
+
+
+# ---------------------------------------------------------------------- bounded normalization
+
+
+class OddLength(EvenLength):
+    """EvenLength's complement: with it every row's GDPO sum S is 0 (std_batch S = 0)."""
+
+    name = "odd_length"
+
+    def verify(self, completion, example):
+        even = super().verify(completion, example)
+        return Verdict(1.0 - even.score, "The response must have an odd number of characters.")
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_anti_correlated_rewards_train_on_bounded_advantages(tmp_path, bounded):
+    trainer = train_mrtpo(
+        tmp_path,
+        reward_funcs=[EvenLength(), OddLength()],
+        max_steps=1,
+        mrtpo_warmup_steps=0,
+        mrtpo_beta=1.0,
+        bounded_token_advantages=bounded,
+    )
+    (batch,) = trainer.batches
+    rewards = batch["rewards"]
+    share = advantages.bounded_rows(rewards, 4).float().mean().item()
+    assert share > 0  # some group's lengths vary: its rows are bounded
+    largest = batch["advantages"].abs().max().item()
+    lines = (Path(trainer.args.output_dir) / "metrics.jsonl").read_text().splitlines()
+    (logged,) = [json.loads(line) for line in lines if '"loss"' in line]
+    if bounded:
+        assert logged["mrtpo/bounded_rows_share"] == pytest.approx(share)
+        # On the scale of the weights: |A_t| <= sum_k |w_{k,t} - 1| |Ã_k| / scale, |Ã_k| ~ 0.87.
+        assert largest < 50
+    else:
+        assert "mrtpo/bounded_rows_share" not in logged
+        assert largest > 500  # the paper's formula divides by std_batch S + eps = 1e-4

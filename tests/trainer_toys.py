@@ -108,9 +108,8 @@ def main(out_dir: str, weighting: str) -> None:
     class Recording(MRTPOTrainer):
         records: list[dict[str, Any]] = []
 
-        def _token_advantages(self, step, group_size, width):
-            token = super()._token_advantages(step, group_size, width)
-            scored = self._scored
+        def _token_advantages(self, scored, step, group_size, width):
+            token = super()._token_advantages(scored, step, group_size, width)
             # every local row; zero distance where the replay was skipped (exact)
             distance = torch.zeros(len(scored.prompts), len(self.reward_funcs), width)
             distance[token.replay.rows] = token.replay.distance.cpu()

@@ -305,12 +305,17 @@ def mrtpo(
     eps: float = 1e-4,
     shuffle: bool = False,
     generator: torch.Generator | None = None,
+    bounded: bool = True,
 ) -> Tensor:
-    """MRTPO per-token advantages (METHOD.md step 4).
+    """MRTPO per-token advantages (METHOD.md step 4, with the bounded normalization).
 
     ``A_t = (sum_k c_k w_{k,t} Ã_k - mean_batch S) / (std_batch S + eps)``, with Ã_k, S and the
     batch statistics exactly as GDPO's. A reward with no normalized advantage on a row (NaN)
-    contributes 0 there, as in GDPO's nansum.
+    contributes 0 there, as in GDPO's nansum. With ``bounded`` (the default), on a batch whose
+    ``std_batch S + eps`` is below ``reallocation_scale`` (the summed advantage spreads less than
+    one reward's does: rewards that cancel in the sum), the re-allocated part
+    ``sum_k c_k (w_{k,t} - 1) Ã_k`` is divided by that scale instead, so ``|A_t|`` stays on the
+    scale of the Ã_k; every other batch gets the formula above, bitwise.
 
     Args:
         rewards: Tensor[N, K], NaN where a reward gave no score.
@@ -322,10 +327,11 @@ def mrtpo(
         eps: added to both stds (TRL: 1e-4).
         shuffle: permute each response's token weights among its tokens (ablation).
         generator: torch.Generator for the shuffle.
+        bounded: the bounded normalization (False: the paper's formula on every batch).
 
     Returns:
         Tensor[N, T]: 0 where mask is 0 and on rows where every reward is NaN; the mean over a
-        response's tokens equals its GDPO advantage.
+        response's tokens equals its GDPO advantage (bounded or not).
     """
     _check_eps(eps)
     rewards = _check_rewards(rewards, group_size)
@@ -333,7 +339,7 @@ def mrtpo(
     relevance = token_weights(distance, mask, beta).to(rewards.dtype)
     if shuffle:
         relevance = shuffle_weights(relevance, mask, generator)
-    return _spread_gdpo(rewards, group_size, relevance, mask, weights, eps)
+    return _spread_gdpo(rewards, group_size, relevance, mask, weights, eps, bounded)
 
 
 def _check_rows_match(per_token: Tensor, name: str, rewards: Tensor) -> None:
@@ -349,6 +355,71 @@ def _check_rows_match(per_token: Tensor, name: str, rewards: Tensor) -> None:
         )
 
 
+def _reallocation_scale(normalized: Tensor, weights: Tensor, summed: Tensor) -> Tensor:
+    """The per-reward scale of a batch, a 0-dim Tensor (see ``reallocation_scale``).
+
+    normalized: Tensor[N, K] Ã_k (NaN: no advantage); weights: Tensor[K] c_k; summed: Tensor[N]
+    S (NaN on unscorable rows, which are left out).
+    """
+    scorable = ~torch.isnan(summed)
+    weighted = torch.nan_to_num(normalized[scorable] * weights.unsqueeze(0))  # (N', K)
+    varying = (weighted != 0).any(dim=0).sum()  # rewards with a non-zero advantage somewhere
+    if varying == 0:
+        return torch.zeros((), dtype=normalized.dtype, device=normalized.device)
+    return (weighted.square().mean(dim=0).sum() / varying).sqrt()
+
+
+def reallocation_scale(
+    rewards: Tensor,
+    group_size: int,
+    weights: Sequence[float] | Tensor | None = None,
+    eps: float = 1e-4,
+) -> Tensor:
+    """The floor of the bounded normalization: ``sqrt(sum_k mean_i (c_k Ã_{k,i})^2 / K')``.
+
+    The root mean square of one reward's weighted advantage over the batch's scorable rows, K'
+    counting the rewards whose advantage is not 0 somewhere (a reward that never varies adds
+    nothing to S). With one varying reward it never exceeds ``std_batch S`` (S is that reward's
+    c_k Ã_k, centred per group), so the bound engages only where several rewards cancel in S.
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, rows per prompt; must divide N.
+        weights: c_k, Tensor[K] or a sequence of K floats (default all 1).
+        eps: added to the group std of Ã_k (TRL: 1e-4).
+
+    Returns:
+        A 0-dim Tensor, >= 0 (0 when no reward varies).
+    """
+    normalized, c, summed, _, _ = _gdpo_parts(rewards, group_size, weights, eps)
+    return _reallocation_scale(normalized, c, summed)
+
+
+def bounded_rows(
+    rewards: Tensor,
+    group_size: int,
+    weights: Sequence[float] | Tensor | None = None,
+    eps: float = 1e-4,
+) -> Tensor:
+    """The rows whose MRTPO advantages the bounded normalization changes: Tensor[N] bool.
+
+    A batch is bounded where ``std_batch S + eps < reallocation_scale``; its rows with some
+    ``c_k Ã_k != 0`` (the others have nothing to re-allocate) are changed.
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, rows per prompt; must divide N.
+        weights: c_k, Tensor[K] or a sequence of K floats (default all 1).
+        eps: added to both stds (TRL: 1e-4).
+    """
+    _check_eps(eps)
+    normalized, c, summed, _, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
+    scale = _reallocation_scale(normalized, c, summed)
+    engaged = bool(std_batch[0] + eps < scale)
+    moving = (torch.nan_to_num(normalized * c.unsqueeze(0)) != 0).any(dim=1)
+    return moving & ~torch.isnan(summed) & engaged
+
+
 def _spread_gdpo(
     rewards: Tensor,
     group_size: int,
@@ -356,6 +427,7 @@ def _spread_gdpo(
     mask: Tensor,
     weights: Sequence[float] | Tensor | None,
     eps: float,
+    bounded: bool = True,
 ) -> Tensor:
     """GDPO with each reward's Ã_k spread over the tokens by ``relevance`` (METHOD.md step 4).
 
@@ -366,14 +438,24 @@ def _spread_gdpo(
         mask: Tensor[N, T], 1 on response tokens.
         weights: c_k, Tensor[K] or K floats, or None (all 1).
         eps: added to both stds.
+        bounded: the bounded normalization (see ``mrtpo``).
 
     Returns:
         Tensor[N, T], as ``mrtpo``.
     """
     normalized, c, summed, mean_batch, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
-    per_token = (normalized.unsqueeze(-1) * c.view(1, -1, 1) * relevance).nansum(dim=1)  # (N, T)
+    weighted = normalized.unsqueeze(-1) * c.view(1, -1, 1)  # (N, K, 1) c_k Ã_k
+    per_token = (weighted * relevance).nansum(dim=1)  # (N, T)
     per_token[torch.isnan(summed)] = torch.nan  # unscorable rows, as in GDPO
-    advantages = (per_token - mean_batch) / (std_batch.unsqueeze(-1) + eps)
+    scale = _reallocation_scale(normalized, c, summed) if bounded else None
+    if scale is not None and std_batch[0] + eps < scale:
+        # S cancels between rewards: GDPO's advantage plus the re-allocation over the per-reward
+        # scale, not over the (near-)zero std of S (which would multiply it by up to 1/eps).
+        response = (summed - mean_batch) / (std_batch + eps)  # GDPO's, (N,)
+        moved = (weighted * (relevance - 1)).nansum(dim=1)  # (N, T), token mean 0
+        advantages = response.unsqueeze(-1) + moved / scale
+    else:
+        advantages = (per_token - mean_batch) / (std_batch.unsqueeze(-1) + eps)
     advantages = torch.nan_to_num(advantages, nan=0.0)
     return torch.where(mask != 0, advantages, torch.zeros_like(advantages))
 
@@ -481,10 +563,13 @@ class TokenRelevance:
     weights: Tensor[N, K, T], the relevance weights w_{k,t} (``token_weights``, permuted by
         ``shuffle_weights`` for the ablation); 0 where mask is 0.
     mask: Tensor[N, T], 1 on response tokens (bool or 0/1).
+    bounded: the bounded normalization of the re-allocation (``mrtpo``; False: the paper's
+        formula on every batch).
     """
 
     weights: Tensor
     mask: Tensor
+    bounded: bool = True  # the bounded normalization (``mrtpo``); False: the paper's formula
 
 
 RewardWeights = Sequence[float] | Tensor | None  # c_k: Tensor[K], K floats, or None (all 1)
@@ -581,7 +666,13 @@ def _mrtpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tens
     _check_rows_match(relevance.weights, "relevance.weights", rewards)
     mask = _check_distance_mask(relevance.weights, relevance.mask)
     return _spread_gdpo(
-        rewards, group_size, relevance.weights.to(rewards.dtype), mask, weights, eps
+        rewards,
+        group_size,
+        relevance.weights.to(rewards.dtype),
+        mask,
+        weights,
+        eps,
+        relevance.bounded,
     )
 
 

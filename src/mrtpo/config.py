@@ -63,6 +63,16 @@ class MRTPOConfig(GRPOConfig):
             "help": "Optimizer steps over which beta ramps from 0 (smoothstep); 0 = no warm-up."
         },
     )
+    bounded_token_advantages: bool = field(
+        default=True,
+        metadata={
+            "help": "MRTPO: on a batch whose summed advantage S spreads less than one reward's "
+            "advantage (rewards that cancel in the sum, std_batch S near 0), divide the "
+            "re-allocated part of each token's advantage by the per-reward scale instead of "
+            "std_batch S (docs/METHOD.md); every other batch gets the paper's formula bitwise. "
+            "False: the paper's formula on every batch."
+        },
+    )
     replay_mode: str = field(
         default="leave_one_out",
         metadata={

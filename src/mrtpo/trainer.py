@@ -13,11 +13,18 @@ This subclass changes three things:
    with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
    (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
    sequence-level sign-based options get each response's advantage (see the class).
+   On a batch whose rewards cancel in GDPO's sum S (std_batch S near 0), MRTPO's re-allocated
+   part is bounded by the per-reward scale (`bounded_token_advantages`, docs/METHOD.md).
    Under `reward_weighting="saw"` the reward weights c_k of all three estimators are SAW's,
    computed every step from the gathered rewards (`mrtpo.advantages.saw_weights`).
+   Each micro-batch trains at the beta of its own optimizer step, whatever the alignment of
+   generations and steps, and every prompt is checked for the replay before generation, on
+   every process at once.
 3. Logging. Beta, replay time and share of the step, the shares of rows and of contexts
-   replayed, each reward's replay distance over the pairs where it was replayed (mean and
-   top-10% share) and, under SAW, each reward's weight go through TRL's `self._metrics`; a
+   replayed, the share of rows the bounded normalization changed, each reward's replay
+   distance over the pairs where it was replayed (mean and top-10% share) and, under SAW, each
+   reward's weight and the weighted reward trained on go through TRL's `self._metrics`; TRL's
+   completions table gets the advantages trained on; a
    callback writes `metrics.jsonl` and `curves.png` (`mrtpo.logging_callbacks`); every
    `credit_map_steps` steps the credit maps of a few rows go to
    `mrtpo.credit.write_training_maps`.
@@ -34,6 +41,7 @@ import time
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
@@ -118,10 +126,114 @@ class MRTPOTrainer(GRPOTrainer):
                 f"saw_reward_shifts has {len(shifts)} values but there are "
                 f"{len(self.reward_funcs)} reward functions ({', '.join(self.reward_func_names)})"
             )
-        self._scored: ScoredBatch | None = None  # the last `_calculate_rewards`, for advantages
+        # The last `_calculate_rewards`'s batch: TRL gives that hook no way to return it to
+        # `_generate_and_score_completions` (its caller), which reads it once and passes it on
+        # as an argument. Left in place for observers (tests, benchmarks).
+        self._scored: ScoredBatch | None = None
         self._last_credit_step: int | None = None
+        # (optimizer step, index of the current micro-batch in it), kept by `_prepare_inputs`
+        self._position_in_step: tuple[int, int] = (-1, -1)
 
-    # ------------------------------------------------------------------ rewards and verdicts
+    # Methods in the order TRL calls them in a training step: `_prepare_inputs` (every
+    # micro-batch) -> `_generate_and_score_completions` (every new generation batch) ->
+    # `_calculate_rewards`; then, inside `_compute_loss`, the sign-based loss options; then `log`.
+
+    # ------------------------------------------------------------------ micro-batches
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """TRL's micro-batch, with MRTPO's advantages at its own optimizer step's beta.
+
+        Beta is per optimizer step. A generation batch that serves several (`num_iterations`
+        > 1, `steps_per_generation` above `gradient_accumulation_steps`, or generations that do
+        not start on a step boundary) carries its advantages' slope in beta, and each
+        micro-batch moves them from the generation step's beta to its own step's: exact, since
+        A_t is affine in beta.
+        """
+        if self.model.training:  # which micro-batch of its optimizer step this is
+            step, position = self._position_in_step
+            same_step = step == self.state.global_step
+            self._position_in_step = (self.state.global_step, position + 1 if same_step else 0)
+        inputs = super()._prepare_inputs(generation_batch)
+        if BETA_SLOPE not in inputs:
+            return inputs
+        # A copy: TRL reuses the buffered micro-batch in later iterations.
+        inputs = dict(inputs)
+        slope, generation_beta = inputs.pop(BETA_SLOPE), inputs.pop(GENERATION_BETA).item()
+        beta = self._beta()
+        self._metrics["train"]["mrtpo/beta"].append(beta)
+        if beta != generation_beta:
+            inputs["advantages"] = inputs["advantages"] + (beta - generation_beta) * slope
+        return inputs
+
+    # ------------------------------------------------------------------ generation batches
+
+    def _generate_and_score_completions(self, inputs):
+        training = self.model.training
+        if training:
+            self._check_prompts(inputs)
+        output = super()._generate_and_score_completions(inputs)
+        scored = self._scored  # from `_calculate_rewards`, just called; passed on from here
+        group_size = self.num_generations if training else self.num_generations_eval
+        reward_weights = self._step_reward_weights(scored.rewards)
+        batch_response = self._estimator(
+            scored.rewards, group_size, reward_weights, scale=self.scale_rewards, eps=EPS
+        )
+        response = batch_response[scored.local]
+        output["advantages"] = response.to(output["advantages"].device)
+        self._log_trained_rewards(scored, reward_weights, batch_response)
+        if not training:  # evaluation's loss needs no per-token credit: no replay
+            return output
+
+        width = output["completion_ids"].shape[1]
+        scored.loss_mask = _loss_mask(output)
+        step = StepAdvantages(reward_weights, response, per_reward=None, token=None)
+        if self._estimator.normalizes_each_reward:
+            normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
+            step.per_reward = torch.nan_to_num(normalized[scored.local])
+        if self._estimator.token_level:
+            step.token = self._token_advantages(scored, step, group_size, width)
+            output["advantages"] = step.token.advantages.to(output["completion_ids"].device)
+            if step.token.slope is not None:  # see `_prepare_inputs`
+                output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
+                output[GENERATION_BETA] = torch.tensor(step.token.beta)
+            self._log_replay(scored, step, group_size)
+        if self._credit_maps_due():
+            self._write_credit_maps(scored, step, width)
+        return output
+
+    def _check_prompts(self, inputs: list[dict[str, Any]]) -> None:
+        """Refuse a prompt the replay cannot serve before generating, on every process at once.
+
+        The replay runs only on rows whose Ã_k is not 0, at any step and on any one process; a
+        prompt it cannot serve (multimodal parts, no user turn, ...) would otherwise fail there,
+        on one rank, while the others enter the next collective. Every process checks its rows
+        and the first problem of the whole batch is raised everywhere (`gather_object` is
+        entered by every process, problem or not).
+        """
+        if not (self._estimator.token_level or self.args.credit_map_steps):
+            return
+        from mrtpo.relevance.contexts import check_prompt
+
+        offset = self.accelerator.process_index * len(inputs)
+        problem = ""
+        for i, example in enumerate(inputs):
+            try:
+                check_prompt(
+                    example["prompt"], offset + i, self.processing_class, self.chat_template
+                )
+            except ValueError as error:
+                problem = f"process {self.accelerator.process_index}: {error}"
+                break
+        first = next((p for p in gather_object([problem]) if p), None)
+        if first is not None:
+            raise ValueError(
+                f"a prompt of this generation batch cannot be replayed ({first}). The replay "
+                "appends verifier information to the last user turn and feeds token ids only: "
+                "use string prompts or chat messages with a text user turn, or train without "
+                "the replay (advantage_estimator='gdpo' and credit_map_steps=0; now "
+                f"advantage_estimator={self.args.advantage_estimator!r}, credit_map_steps="
+                f"{self.args.credit_map_steps}). Checked on every process before generation."
+            )
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards (gathered over processes), keeping this process's batch and verdicts."""
@@ -147,40 +259,106 @@ class MRTPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ advantages
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        training = self.model.training
-        group_size = self.num_generations if training else self.num_generations_eval
-        scored = self._scored
-        reward_weights = self._step_reward_weights(scored.rewards)
-        response = self._estimator(
-            scored.rewards, group_size, reward_weights, scale=self.scale_rewards, eps=EPS
-        )[scored.local]
-        output["advantages"] = response.to(output["advantages"].device)
-        if not training:  # evaluation's loss needs no per-token credit: no replay
-            return output
+    def _step_reward_weights(self, rewards: torch.Tensor) -> torch.Tensor:
+        """This step's c_k, Tensor[K] on rewards' device, from the (N, K) rewards gathered over
+        all processes (so every process gets the same weights); logged when they change per step."""
+        weights = self._weighting(
+            rewards, self.reward_weights.to(rewards.device), self.args.saw_reward_shifts
+        )
+        if self._weighting.per_step:
+            metrics = self._metrics["train" if self.model.training else "eval"]
+            for name, weight in zip(self.reward_func_names, weights.tolist(), strict=True):
+                metrics[f"{REWARD_WEIGHT_PREFIX}{name}"].append(weight)
+        return weights
 
-        width = output["completion_ids"].shape[1]
-        scored.loss_mask = _loss_mask(output)
-        step = StepAdvantages(reward_weights, response, per_reward=None, token=None)
-        if self._estimator.normalizes_each_reward:
-            normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
-            step.per_reward = torch.nan_to_num(normalized[scored.local])
-        if self._estimator.token_level:
-            step.token = self._token_advantages(step, group_size, width)
-            output["advantages"] = step.token.advantages.to(output["completion_ids"].device)
-            if step.token.slope is not None:  # see `_prepare_inputs`
-                output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
-                output[GENERATION_BETA] = torch.tensor(step.token.beta)
-            self._log_replay(step.token)
-        if self._credit_maps_due():
-            self._write_credit_maps(step, width)
-        return output
+    def _token_advantages(
+        self, scored: ScoredBatch, step: StepAdvantages, group_size: int, width: int
+    ) -> TokenAdvantages:
+        """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
+        wanted = self._pairs_to_replay(step.per_reward)
+        if self._beta_stays_zero():
+            # Beta 0 at every step this batch serves: uniform weights whatever the distances.
+            wanted = torch.zeros_like(wanted)
+        rows = wanted.any(dim=1).nonzero().flatten().tolist()
+        replay = self._replay(scored, width, rows, wanted[rows])
+        beta = self._beta()
+        # The estimator takes the whole batch's rewards (group and batch statistics) and
+        # distances for every row. Pairs that are not replayed (other processes' rows, pairs
+        # skipped above) get zero distance, i.e. uniform weights; a row's advantage depends only
+        # on its own distances and on the rewards, so this equals a single process replaying
+        # everything.
+        device = self.accelerator.device
+        num_rows, num_rewards = scored.rewards.shape
+        distance = torch.zeros(num_rows, num_rewards, width, device=device)
+        mask = torch.ones(num_rows, width, device=device)
+        distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
+        mask[scored.local] = scored.trained_mask(width).to(device)
+        relevance, per_token = self._advantages_at(scored, beta, step, group_size, distance, mask)
+        slope = None
+        first, last = self._served_steps()
+        if first != last:
+            # A_t is affine in beta (w = 1 + beta (q/qbar - 1), the same shuffle and the same
+            # bounded normalization for every beta): its slope lets each optimizer step this
+            # batch serves use its own beta.
+            at_zero = self._advantages_at(scored, 0.0, step, group_size, distance, mask)[1]
+            at_one = self._advantages_at(scored, 1.0, step, group_size, distance, mask)[1]
+            slope = (at_one - at_zero)[scored.local]
+        return TokenAdvantages(
+            beta, replay, relevance[scored.local], per_token[scored.local], slope
+        )
+
+    def _pairs_to_replay(self, normalized: torch.Tensor) -> torch.Tensor:
+        """The local (row, reward) pairs whose distances can change the advantages: (B, K) bool.
+
+        normalized: (B, K) this process's Ã_k, NaN as 0. Reward k adds c_k w_{k,t} Ã_k to a
+        row's token t: where Ã_k = 0 its weights multiply 0, so skipping its contexts is exact.
+        A reward that does not vary in a group (saturated, or not yet ever met: common) costs
+        nothing there, and a row where no reward varies is not replayed at all.
+        """
+        return normalized != 0
+
+    def _advantages_at(
+        self,
+        scored: ScoredBatch,
+        beta: float,
+        step: StepAdvantages,
+        group_size: int,
+        distance: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w (N, K, T) before any shuffle, A_t (N, T)) of the whole batch at `beta`.
+
+        distance: (N, K, T) every row's (0 where not replayed); mask: (N, T) response tokens.
+        """
+        relevance = advantages.token_weights(distance, mask, beta)
+        spread = relevance
+        if self.args.shuffle_token_weights:
+            # Seeded by step and process so that a resumed run shuffles as the original did.
+            generator = torch.Generator(device=distance.device)
+            generator.manual_seed(
+                self.args.seed + 1_000_003 * self.state.global_step + self.accelerator.process_index
+            )
+            spread = advantages.shuffle_weights(relevance, mask, generator)
+        per_token = self._estimator(
+            scored.rewards,
+            group_size,
+            step.reward_weights,
+            scale=self.scale_rewards,
+            eps=EPS,
+            relevance=advantages.TokenRelevance(
+                spread, mask, bounded=self.args.bounded_token_advantages
+            ),
+        )
+        return relevance, per_token
 
     def _replay(
-        self, completion_width: int, rows: list[int], wanted: torch.Tensor | None = None
+        self,
+        scored: ScoredBatch,
+        completion_width: int,
+        rows: list[int],
+        wanted: torch.Tensor | None = None,
     ) -> ReplayResult:
-        """Replay `rows` (indices into this process's rows) with the current policy.
+        """Replay `rows` (indices into this process's rows of `scored`) with the current policy.
 
         wanted: (R, K) bool, the rewards to replay on each of `rows` (only their contexts and
         the reference context run; the others get distance 0); None: every reward.
@@ -198,7 +376,6 @@ class MRTPOTrainer(GRPOTrainer):
         if wanted is None:
             wanted = torch.ones(len(rows), num_rewards, dtype=torch.bool)
         wanted = wanted.to("cpu", torch.bool)
-        scored = self._scored
         verdicts = scored.row_verdicts()
         options = self._replay_options()
 
@@ -264,95 +441,6 @@ class MRTPOTrainer(GRPOTrainer):
             options["batch_size"] = self.args.replay_batch_size
         return options
 
-    def _pairs_to_replay(self, normalized: torch.Tensor) -> torch.Tensor:
-        """The local (row, reward) pairs whose distances can change the advantages: (B, K) bool.
-
-        normalized: (B, K) this process's Ã_k, NaN as 0. Reward k adds c_k w_{k,t} Ã_k to a
-        row's token t: where Ã_k = 0 its weights multiply 0, so skipping its contexts is exact.
-        A reward that does not vary in a group (saturated, or not yet ever met: common) costs
-        nothing there, and a row where no reward varies is not replayed at all.
-        """
-        return normalized != 0
-
-    def _beta_stays_zero(self) -> bool:
-        """Whether beta is 0 at every optimizer step the current generation batch serves.
-
-        A generation batch serves `steps_per_generation * num_iterations` micro-batches, i.e.
-        from the current optimizer step on, as many steps as those micro-batches fill; beta's
-        warm-up never decreases, so the last of those steps decides. The same answer on every
-        process (it depends on the step and the config only).
-        """
-        micro_batches = self.args.steps_per_generation * self.num_iterations
-        steps = -(-micro_batches // self.args.gradient_accumulation_steps)  # ceil
-        last = self.state.global_step + steps - 1
-        return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
-
-    def _token_advantages(
-        self, step: StepAdvantages, group_size: int, width: int
-    ) -> TokenAdvantages:
-        """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
-        scored = self._scored
-        wanted = self._pairs_to_replay(step.per_reward)
-        if self._beta_stays_zero():
-            # Beta 0 at every step this batch serves: uniform weights whatever the distances.
-            wanted = torch.zeros_like(wanted)
-        rows = wanted.any(dim=1).nonzero().flatten().tolist()
-        replay = self._replay(width, rows, wanted[rows])
-        beta = self._beta()
-        # The estimator takes the whole batch's rewards (group and batch statistics) and
-        # distances for every row. Pairs that are not replayed (other processes' rows, pairs
-        # skipped above) get zero distance, i.e. uniform weights; a row's advantage depends only
-        # on its own distances and on the rewards, so this equals a single process replaying
-        # everything.
-        device = self.accelerator.device
-        num_rows, num_rewards = scored.rewards.shape
-        distance = torch.zeros(num_rows, num_rewards, width, device=device)
-        mask = torch.ones(num_rows, width, device=device)
-        distance[scored.local][replay.rows] = replay.distance  # `[local]` is a view
-        mask[scored.local] = scored.trained_mask(width).to(device)
-        relevance, per_token = self._advantages_at(beta, step, group_size, distance, mask)
-        slope = None
-        if self._generation_spans_optimizer_steps():
-            # A_t is affine in beta (w = 1 + beta (q/qbar - 1), the same shuffle for every beta):
-            # its slope lets each optimizer step this batch serves use its own beta.
-            at_zero = self._advantages_at(0.0, step, group_size, distance, mask)[1]
-            at_one = self._advantages_at(1.0, step, group_size, distance, mask)[1]
-            slope = (at_one - at_zero)[scored.local]
-        return TokenAdvantages(
-            beta, replay, relevance[scored.local], per_token[scored.local], slope
-        )
-
-    def _advantages_at(
-        self,
-        beta: float,
-        step: StepAdvantages,
-        group_size: int,
-        distance: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(w (N, K, T) before any shuffle, A_t (N, T)) of the whole batch at `beta`.
-
-        distance: (N, K, T) every row's (0 where not replayed); mask: (N, T) response tokens.
-        """
-        relevance = advantages.token_weights(distance, mask, beta)
-        spread = relevance
-        if self.args.shuffle_token_weights:
-            # Seeded by step and process so that a resumed run shuffles as the original did.
-            generator = torch.Generator(device=distance.device)
-            generator.manual_seed(
-                self.args.seed + 1_000_003 * self.state.global_step + self.accelerator.process_index
-            )
-            spread = advantages.shuffle_weights(relevance, mask, generator)
-        per_token = self._estimator(
-            self._scored.rewards,
-            group_size,
-            step.reward_weights,
-            scale=self.scale_rewards,
-            eps=EPS,
-            relevance=advantages.TokenRelevance(spread, mask),
-        )
-        return relevance, per_token
-
     # ------------------------------------------------------------------ beta per optimizer step
 
     def _beta(self) -> float:
@@ -361,30 +449,33 @@ class MRTPOTrainer(GRPOTrainer):
             self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
         )
 
-    def _generation_spans_optimizer_steps(self) -> bool:
-        """Whether one generation batch serves more than one optimizer step."""
-        micro_steps = self.args.steps_per_generation * self.num_iterations
-        return micro_steps > self.args.gradient_accumulation_steps
+    def _served_steps(self) -> tuple[int, int]:
+        """The first and the last optimizer step that the generation batch TRL is making now
+        may serve (the last an upper bound where an epoch's end intervenes).
 
-    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
-        """TRL's micro-batch, with MRTPO's advantages at its own optimizer step's beta.
-
-        Beta is per optimizer step. A generation batch that serves several (`num_iterations`
-        > 1, or `steps_per_generation` above `gradient_accumulation_steps`) carries its
-        advantages' slope in beta, and each micro-batch moves them from the generation step's
-        beta to its own step's: exact, since A_t is affine in beta.
+        TRL makes it at this micro-batch and trains on it for `steps_per_generation *
+        num_iterations` micro-batches, this one first. The current optimizer step holds
+        `current_gradient_accumulation_steps` micro-batches (fewer than
+        `gradient_accumulation_steps` at an epoch's end) and this one is its
+        `_position_in_step`-th: the batch stays in this step if its micro-batches fit in what
+        is left of it, whatever the alignment of generations and steps; otherwise each further
+        micro-batch may start a new step (an epoch's end makes steps short), so beta is checked
+        at that many steps ahead. The same answer on every process.
         """
-        inputs = super()._prepare_inputs(generation_batch)
-        if BETA_SLOPE not in inputs:
-            return inputs
-        # A copy: TRL reuses the buffered micro-batch in later iterations.
-        inputs = dict(inputs)
-        slope, generation_beta = inputs.pop(BETA_SLOPE), inputs.pop(GENERATION_BETA).item()
-        beta = self._beta()
-        self._metrics["train"]["mrtpo/beta"].append(beta)
-        if beta != generation_beta:
-            inputs["advantages"] = inputs["advantages"] + (beta - generation_beta) * slope
-        return inputs
+        micro_batches = self.args.steps_per_generation * self.num_iterations
+        # Outside `train` (a direct call): a whole step, this micro-batch its first.
+        in_step = getattr(
+            self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps
+        )
+        left_in_step = in_step - max(self._position_in_step[1], 0)
+        first = self.state.global_step
+        return first, first + max(0, micro_batches - left_in_step)
+
+    def _beta_stays_zero(self) -> bool:
+        """Whether beta is 0 at every optimizer step the generation batch being made may serve
+        (beta's warm-up never decreases, so its last step decides)."""
+        last = self._served_steps()[1]
+        return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
 
     # ------------------------------------------------------------------ sign-based loss options
 
@@ -438,29 +529,46 @@ class MRTPOTrainer(GRPOTrainer):
             **gamma,
         )
 
-    def _step_reward_weights(self, rewards: torch.Tensor) -> torch.Tensor:
-        """This step's c_k, Tensor[K] on rewards' device, from the (N, K) rewards gathered over
-        all processes (so every process gets the same weights); logged when they change per step."""
-        weights = self._weighting(
-            rewards, self.reward_weights.to(rewards.device), self.args.saw_reward_shifts
-        )
-        if self._weighting.per_step:
-            metrics = self._metrics["train" if self.model.training else "eval"]
-            for name, weight in zip(self.reward_func_names, weights.tolist(), strict=True):
-                metrics[f"{REWARD_WEIGHT_PREFIX}{name}"].append(weight)
-        return weights
-
     # ------------------------------------------------------------------ metrics
 
-    def _log_replay(self, token: TokenAdvantages) -> None:
+    def _log_trained_rewards(
+        self, scored: ScoredBatch, reward_weights: torch.Tensor, batch_response: torch.Tensor
+    ) -> None:
+        """What the trainer trains on, where TRL's own logs differ.
+
+        TRL's completions table gets each response's advantage as this estimator computed it
+        (TRL logged its own, from the static weights), and under per-step weights (SAW) the
+        weighted reward sum_k c_k r_k with this step's c_k goes to `mrtpo/weighted_reward` (TRL's
+        `reward` uses the static weights).
+        """
+        table = self._logs["advantages"]
+        for _ in range(min(len(batch_response), len(table))):
+            table.pop()
+        table.extend(batch_response.tolist())
+        if not self._weighting.per_step:
+            return
+        rewards = scored.rewards
+        weighted = (rewards * reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+        weighted = weighted[~torch.isnan(rewards).all(dim=1)]  # unscorable rows left out, as TRL
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["mrtpo/weighted_reward"].append(weighted.mean().item())
+        metrics["mrtpo/weighted_reward_std"].append(
+            weighted.std().item() if weighted.numel() > 1 else 0.0
+        )
+
+    def _log_replay(self, scored: ScoredBatch, step: StepAdvantages, group_size: int) -> None:
         metrics = self._metrics["train"]
+        token = step.token
         replay = token.replay
         if token.slope is None:  # else logged per micro-batch, see `_prepare_inputs`
             metrics["mrtpo/beta"].append(token.beta)
+        if self.args.bounded_token_advantages:  # from the gathered rewards: same on every process
+            bounded = advantages.bounded_rows(scored.rewards, group_size, step.reward_weights, EPS)
+            metrics["mrtpo/bounded_rows_share"].append(bounded.float().mean().item())
         device = self.accelerator.device
         seconds = torch.tensor([replay.seconds], device=device)
         metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
-        num_rows, num_rewards = len(self._scored.prompts), len(self.reward_funcs)
+        num_rows, num_rewards = len(scored.prompts), len(self.reward_funcs)
         # A replayed row runs its reference context and one per replayed reward, of K + 1.
         contexts = len(replay.rows) + replay.replayed.sum().item()
         counts = torch.tensor(
@@ -500,7 +608,7 @@ class MRTPOTrainer(GRPOTrainer):
             return False
         return True
 
-    def _write_credit_maps(self, step: StepAdvantages, width: int) -> None:
+    def _write_credit_maps(self, scored: ScoredBatch, step: StepAdvantages, width: int) -> None:
         """Maps of the lowest- and highest-total-reward rows of the main process's share.
 
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
@@ -511,14 +619,13 @@ class MRTPOTrainer(GRPOTrainer):
         replayed for the map.
         """
         self._last_credit_step = self.state.global_step
-        scored = self._scored
         total = (torch.nan_to_num(scored.rewards[scored.local]) * step.reward_weights).sum(dim=1)
         order = torch.argsort(total, stable=True).tolist()
         chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
         # GDPO/GRPO replay the rows shown; so does MRTPO while beta is 0 (it replayed nothing).
         # The same decision on every process: each enters `_replay` (see above).
         shown_only = step.token is None or self._beta_stays_zero()
-        extra = self._replay(width, rows=chosen) if shown_only else None
+        extra = self._replay(scored, width, rows=chosen) if shown_only else None
         if not self.accelerator.is_main_process:
             return
         verdicts = scored.row_verdicts()
@@ -529,11 +636,12 @@ class MRTPOTrainer(GRPOTrainer):
                 f"{label} total reward ({total[i].item():.3g}), "
                 f"step {self.state.global_step}, {self._estimator.name}"
             )
-            maps.append(self._credit_map(step, i, extra, verdicts[i], title))
+            maps.append(self._credit_map(scored, step, i, extra, verdicts[i], title))
         write_training_maps(self.args.output_dir, self.state.global_step, maps)
 
     def _credit_map(
         self,
+        scored: ScoredBatch,
         step: StepAdvantages,
         row: int,
         extra: ReplayResult | None,
@@ -546,7 +654,7 @@ class MRTPOTrainer(GRPOTrainer):
         GDPO/GRPO: the row replayed for the map (`extra`), no weights (uniform) and the
         response's advantage on every token; GRPO has no per-reward advantages.
         """
-        scored, token = self._scored, step.token
+        token = step.token
         length = len(scored.completion_ids[row])
         weights = replayed = None
         if token is not None:

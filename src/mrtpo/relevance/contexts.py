@@ -147,6 +147,26 @@ def _check_messages(prompt: Sequence[Any], row: int, tokenizer: Any, chat_templa
         )
 
 
+def check_prompt(prompt: Any, row: int, tokenizer: Any, chat_template: str | None = None) -> None:
+    """Raise ValueError (naming ``prompts[row]`` and what to use instead) unless the replay can
+    append verifier information to ``prompt``: a non-empty string, or chat messages with a user
+    turn, text content only, and a chat template to render them.
+
+    The trainer calls it on every row before generation, so a prompt the replay cannot serve is
+    refused at once on every process, not when the row is first replayed.
+    """
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError(f"prompts[{row}] is empty: there is no context to replay after")
+    elif isinstance(prompt, Sequence):
+        _check_messages(prompt, row, tokenizer, chat_template)
+    else:
+        raise ValueError(
+            f"prompts[{row}] must be a string or a list of chat-message dicts, got "
+            f"{type(prompt).__name__}"
+        )
+
+
 def build_contexts(
     tokenizer: Any,
     prompt: str | Sequence[Mapping[str, Any]],
@@ -187,12 +207,10 @@ def build_contexts(
     """
     texts = [_appended_text(pieces) for pieces in context_infos(infos, mode)]
     distinct = list(dict.fromkeys(texts))  # e.g. empty infos make contexts equal: render once
+    check_prompt(prompt, row, tokenizer, chat_template)
     if isinstance(prompt, str):
-        if not prompt:
-            raise ValueError(f"prompts[{row}] is empty: there is no context to replay after")
         ids = [tokenizer(text=prompt + text)["input_ids"] for text in distinct]
     else:
-        _check_messages(prompt, row, tokenizer, chat_template)
         ids = tokenizer.apply_chat_template(
             conversation=[_with_information(prompt, text) for text in distinct],
             tools=tools or None,
