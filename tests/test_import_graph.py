@@ -16,7 +16,7 @@ The rules:
 (c) `mrtpo.tasks*` imports none of `mrtpo.trainer`, `mrtpo.credit*`, `mrtpo.commands*`,
     `mrtpo.cli`;
 (d) a module of `mrtpo.commands` imports no other module of `mrtpo.commands`, except the
-    package's `__init__` and `mrtpo.commands.common` (shared arguments), if present;
+    package's `__init__` (shared arguments live outside, in `mrtpo.cli_options`);
 (e) `importlib` only in `mrtpo.cli` (its lazy subcommand table); elsewhere only
     `importlib.util.find_spec` of an external package (no `import_module`, no `__import__`);
 (f) `mrtpo.credit*` is a library over given ids and tensors: it imports none of the modules
@@ -43,7 +43,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 Graph = dict[str, dict[str, int]]  # module -> {imported module: first line of the import}
 
 # Rule (d): the modules of mrtpo.commands that the others may import.
-COMMANDS_SHARED = ("mrtpo.commands", "mrtpo.commands.common")
+COMMANDS_SHARED = ("mrtpo.commands",)
 # Rule (e): what a module other than the dispatcher may use of importlib.
 IMPORTLIB_ALLOWED = {"importlib.util.find_spec"}
 IMPORTLIB_MODULE = "mrtpo.cli"
@@ -338,8 +338,9 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-# A tiny tree that follows every rule: packages re-export submodules, a shared commands
-# module, find_spec of an external package, importlib.import_module in the dispatcher.
+# A tiny tree that follows every rule: packages re-export submodules, the commands' shared
+# arguments outside commands/, find_spec of an external package, importlib.import_module in
+# the dispatcher.
 CLEAN = {
     "mrtpo/__init__.py": "",
     "mrtpo/advantages.py": "import torch\n",
@@ -362,10 +363,10 @@ CLEAN = {
     "mrtpo/credit/map.py": "from mrtpo.verifiers import dataclass\n",
     "mrtpo/credit/render.py": "from mrtpo.credit.map import CreditMap\n",
     "mrtpo/commands/__init__.py": '"""Subcommands."""\n',
-    "mrtpo/commands/common.py": "import argparse\n",
-    "mrtpo/commands/train.py": "from mrtpo.commands.common import argparse\n\n\ndef main():\n"
+    "mrtpo/cli_options.py": "import argparse\n",
+    "mrtpo/commands/train.py": "from mrtpo.cli_options import argparse\n\n\ndef main():\n"
     "    from mrtpo import tasks, trainer\n",
-    "mrtpo/commands/eval.py": "from mrtpo import commands\nfrom mrtpo.commands import common\n",
+    "mrtpo/commands/eval.py": "from mrtpo import cli_options, commands\n",
 }
 
 
@@ -385,7 +386,7 @@ def test_arrows_resolve_to_the_module_named(tmp_path):
     assert graph["mrtpo.tasks.sql"] == {"mrtpo.tasks.sql.task": 1}  # relative, from a package
     assert graph["mrtpo.tasks.sql.task"] == {"mrtpo.tasks.base": 1, "mrtpo.tasks.sql.sandbox": 2}
     assert graph["mrtpo.commands.train"] == {
-        "mrtpo.commands.common": 1,
+        "mrtpo.cli_options": 1,
         "mrtpo.tasks": 5,
         "mrtpo.trainer": 5,
     }
@@ -449,6 +450,14 @@ def test_commands_fail_on_importing_each_other(tmp_path):
     )
     assert commands_violations(graph) == [
         "mrtpo.commands.train imports mrtpo.commands.eval (line 1)"
+    ]
+
+
+def test_commands_fail_on_a_shared_module_inside_commands(tmp_path):
+    src = write_package(tmp_path, {**CLEAN, "mrtpo/commands/common.py": "import argparse\n"})
+    (src / "mrtpo/commands/train.py").write_text("from mrtpo.commands.common import argparse\n")
+    assert commands_violations(import_graph(src)) == [
+        "mrtpo.commands.train imports mrtpo.commands.common (line 1)"
     ]
 
 
