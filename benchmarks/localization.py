@@ -47,7 +47,8 @@ import torch
 from mrtpo import tasks
 from mrtpo.advantages import shuffle_weights
 from mrtpo.credit.map import CreditMap
-from mrtpo.credit.replay import replay_rows, reward_types, verify_rows
+from mrtpo.credit.replay import reward_types
+from mrtpo.explaining import replay_rows, verify_rows
 from mrtpo.models import DEFAULT_MODEL
 from mrtpo.verifiers import Verdict
 

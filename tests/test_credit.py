@@ -8,6 +8,7 @@ from html.parser import HTMLParser
 
 import numpy as np
 import pytest
+import torch
 
 from mrtpo.credit import CreditMap, token_offsets, write_training_maps
 from mrtpo.credit.analysis import (
@@ -20,6 +21,7 @@ from mrtpo.credit.analysis import (
     token_parts,
 )
 from mrtpo.credit.render import to_html, to_png, to_terminal, visible_text
+from mrtpo.credit.replay import group_credit_map
 from mrtpo.verifiers import Verdict
 
 
@@ -97,6 +99,42 @@ def test_reward_token_advantages_are_c_w_a():
     )
     expected = np.array([[3.0, 1.0, 2.0], [-0.4, -0.6, -0.5]])
     np.testing.assert_allclose(credit_map.reward_token_advantages(), expected)
+
+
+# --------------------------------------------------------------------------- group maps
+
+
+def test_group_map_has_the_groups_advantages_and_drops_rewards_that_do_not_apply(tiny):
+    _, tokenizer = tiny
+    text = "Hello there"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    scores = [[1.0, 0.0, None], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]  # [G, K], row 0 explained
+    verdicts = [[Verdict(score, "", ()) for score in line] for line in scores]
+    distance = torch.rand(3, len(ids), generator=torch.Generator().manual_seed(0))
+    credit_map = group_credit_map(
+        tokenizer, ids, text, ["a", "b", "c"], verdicts, distance, beta=0.5, title="t"
+    )
+    assert credit_map.names == ["a", "b"]  # c is None on the explained response
+    np.testing.assert_allclose(credit_map.distance, distance[:2].numpy(), atol=1e-6)
+    # Ã_k by hand: (r_0 - mean) / (Bessel std + 1e-4) over the group of 3
+    group = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    expected = (group[0] - group.mean(axis=0)) / (group.std(axis=0, ddof=1) + 1e-4)
+    np.testing.assert_allclose(credit_map.reward_advantages, expected, atol=1e-6)
+    assert credit_map.token_advantages.mean() == pytest.approx(credit_map.gdpo_advantage, abs=1e-6)
+    assert credit_map.title == "t, in a group of 3 (beta 0.5)"
+
+
+def test_group_map_of_one_response_holds_distances_only(tiny):
+    _, tokenizer = tiny
+    ids = tokenizer.encode("Hi", add_special_tokens=False)
+    verdicts = [[Verdict(1.0, "", ())]]
+    credit_map = group_credit_map(tokenizer, ids, "Hi", ["a"], verdicts, torch.ones(1, len(ids)))
+    assert credit_map.reward_advantages is None and credit_map.token_advantages is None
+    assert credit_map.title == ", replay distances"
+    with pytest.raises(ValueError, match=r"distance must have shape \(K, T\)"):
+        group_credit_map(tokenizer, ids, "Hi", ["a"], verdicts, torch.ones(2, len(ids)))
+    with pytest.raises(ValueError, match="at least the explained response"):
+        group_credit_map(tokenizer, ids, "Hi", ["a"], [], torch.ones(1, len(ids)))
 
 
 # --------------------------------------------------------------------------- localization

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mrtpo import cli
-from mrtpo.credit.replay import explain_response
+from mrtpo.explaining import explain_response
 from mrtpo.verifiers import Verdict, Verifier
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -16,9 +16,14 @@ The rules:
 (c) `mrtpo.tasks*` imports none of `mrtpo.trainer`, `mrtpo.credit*`, `mrtpo.commands*`,
     `mrtpo.cli`;
 (d) a module of `mrtpo.commands` imports no other module of `mrtpo.commands`, except the
-    package's `__init__` and `mrtpo.commands.common` (shared arguments), if present;
+    package's `__init__` (shared arguments live outside, in `mrtpo.cli_options`);
 (e) `importlib` only in `mrtpo.cli` (its lazy subcommand table); elsewhere only
-    `importlib.util.find_spec` of an external package (no `import_module`, no `__import__`).
+    `importlib.util.find_spec` of an external package (no `import_module`, no `__import__`);
+(f) `mrtpo.credit*` is a library over given ids and tensors: it imports none of the modules
+    that generate, replay or load models (`mrtpo.models`, `mrtpo.generation`,
+    `mrtpo.relevance`) or run them (`mrtpo.explaining`, the trainer, training, evaluation,
+    cold start, the commands), no model library (`transformers`, `trl`, `peft`, `vllm`), and
+    calls no `.generate` or `.from_pretrained` on what it is given.
 
 The helpers are tested first on small fake packages written to a temporary folder, each
 rule shown failing on one violation; then the rules run on the real tree.
@@ -38,10 +43,25 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 Graph = dict[str, dict[str, int]]  # module -> {imported module: first line of the import}
 
 # Rule (d): the modules of mrtpo.commands that the others may import.
-COMMANDS_SHARED = ("mrtpo.commands", "mrtpo.commands.common")
+COMMANDS_SHARED = ("mrtpo.commands",)
 # Rule (e): what a module other than the dispatcher may use of importlib.
 IMPORTLIB_ALLOWED = {"importlib.util.find_spec"}
 IMPORTLIB_MODULE = "mrtpo.cli"
+# Rule (f): what mrtpo.credit may not import, of the package and outside it, nor call.
+CREDIT_FORBIDDEN = (
+    "mrtpo.models",
+    "mrtpo.generation",
+    "mrtpo.relevance",
+    "mrtpo.explaining",
+    "mrtpo.trainer",
+    "mrtpo.training",
+    "mrtpo.evaluation",
+    "mrtpo.cold_start",
+    "mrtpo.commands",
+    "mrtpo.cli",
+)
+MODEL_LIBRARIES = ("transformers", "trl", "peft", "vllm")
+MODEL_CALLS = frozenset({"generate", "from_pretrained"})
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -263,6 +283,49 @@ def importlib_violations(src: Path, package: str = PACKAGE) -> list[str]:
     return violations
 
 
+def credit_violations(graph: Graph) -> list[str]:
+    """Rule (f), inside the package: credit maps are built from what the model runs hand over."""
+    return forbidden_arrows(
+        graph,
+        lambda module: within(module, "mrtpo.credit"),
+        lambda imported: within(imported, *CREDIT_FORBIDDEN),
+    )
+
+
+def model_library_uses(tree: ast.Module) -> list[tuple[str, int]]:
+    """Every import of a model library in `tree` ("transformers", "trl.GRPOTrainer", ...) and
+    every `.generate` / `.from_pretrained` attribute (".generate"), with its line."""
+    uses: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            uses += [
+                (alias.name, node.lineno)
+                for alias in node.names
+                if within(alias.name, *MODEL_LIBRARIES)
+            ]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and within(node.module or "", *MODEL_LIBRARIES)
+        ):
+            uses += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Attribute) and node.attr in MODEL_CALLS:
+            uses.append((f".{node.attr}", node.lineno))
+    return uses
+
+
+def credit_model_violations(src: Path, package: str = PACKAGE) -> list[str]:
+    """Rule (f), outside the package: no model library in credit, no generating, no loading."""
+    violations = []
+    for module, path in find_modules(src, package).items():
+        if within(module, f"{package}.credit"):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            violations += [
+                f"{module} uses {name} (line {line})" for name, line in model_library_uses(tree)
+            ]
+    return violations
+
+
 # ----------------------------------------------------------------------------- fake packages
 
 
@@ -275,13 +338,16 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-# A tiny tree that follows every rule: packages re-export submodules, a shared commands
-# module, find_spec of an external package, importlib.import_module in the dispatcher.
+# A tiny tree that follows every rule: packages re-export submodules, the commands' shared
+# arguments outside commands/, find_spec of an external package, importlib.import_module in
+# the dispatcher.
 CLEAN = {
     "mrtpo/__init__.py": "",
     "mrtpo/advantages.py": "import torch\n",
     "mrtpo/verifiers.py": "from dataclasses import dataclass\n",
     "mrtpo/models.py": "import importlib.util\n\nSPEC = importlib.util.find_spec('gguf')\n",
+    "mrtpo/generation.py": "from mrtpo import models\n",
+    "mrtpo/relevance/__init__.py": "import torch\n",
     "mrtpo/trainer.py": "from mrtpo import advantages\nfrom mrtpo.credit import write_maps\n",
     "mrtpo/cli.py": "import importlib\n\n\ndef main(name):\n"
     "    return importlib.import_module(f'mrtpo.commands.{name}')\n",
@@ -297,10 +363,10 @@ CLEAN = {
     "mrtpo/credit/map.py": "from mrtpo.verifiers import dataclass\n",
     "mrtpo/credit/render.py": "from mrtpo.credit.map import CreditMap\n",
     "mrtpo/commands/__init__.py": '"""Subcommands."""\n',
-    "mrtpo/commands/common.py": "import argparse\n",
-    "mrtpo/commands/train.py": "from mrtpo.commands.common import argparse\n\n\ndef main():\n"
+    "mrtpo/cli_options.py": "import argparse\n",
+    "mrtpo/commands/train.py": "from mrtpo.cli_options import argparse\n\n\ndef main():\n"
     "    from mrtpo import tasks, trainer\n",
-    "mrtpo/commands/eval.py": "from mrtpo import commands\nfrom mrtpo.commands import common\n",
+    "mrtpo/commands/eval.py": "from mrtpo import cli_options, commands\n",
 }
 
 
@@ -320,7 +386,7 @@ def test_arrows_resolve_to_the_module_named(tmp_path):
     assert graph["mrtpo.tasks.sql"] == {"mrtpo.tasks.sql.task": 1}  # relative, from a package
     assert graph["mrtpo.tasks.sql.task"] == {"mrtpo.tasks.base": 1, "mrtpo.tasks.sql.sandbox": 2}
     assert graph["mrtpo.commands.train"] == {
-        "mrtpo.commands.common": 1,
+        "mrtpo.cli_options": 1,
         "mrtpo.tasks": 5,
         "mrtpo.trainer": 5,
     }
@@ -340,6 +406,8 @@ def test_the_clean_tree_follows_every_rule(tmp_path):
     assert tasks_violations(graph) == []
     assert commands_violations(graph) == []
     assert importlib_violations(src) == []
+    assert credit_violations(graph) == []
+    assert credit_model_violations(src) == []
 
 
 def test_a_cycle_is_reported_with_its_path(tmp_path):
@@ -383,6 +451,46 @@ def test_commands_fail_on_importing_each_other(tmp_path):
     assert commands_violations(graph) == [
         "mrtpo.commands.train imports mrtpo.commands.eval (line 1)"
     ]
+
+
+def test_commands_fail_on_a_shared_module_inside_commands(tmp_path):
+    src = write_package(tmp_path, {**CLEAN, "mrtpo/commands/common.py": "import argparse\n"})
+    (src / "mrtpo/commands/train.py").write_text("from mrtpo.commands.common import argparse\n")
+    assert commands_violations(import_graph(src)) == [
+        "mrtpo.commands.train imports mrtpo.commands.common (line 1)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "imported"),
+    [
+        ("from mrtpo.models import load_model\n", "mrtpo.models (line 1)"),
+        ("def f():\n    from mrtpo import generation\n", "mrtpo.generation (line 2)"),
+        ("import mrtpo.relevance\n", "mrtpo.relevance (line 1)"),
+    ],
+)
+def test_credit_fails_on_importing_what_runs_models(tmp_path, source, imported):
+    graph = import_graph(fake_tree(tmp_path, mrtpo__credit__render=source))
+    assert credit_violations(graph) == [f"mrtpo.credit.render imports {imported}"]
+
+
+@pytest.mark.parametrize(
+    ("source", "used"),
+    [
+        ("import transformers\n", "transformers (line 1)"),
+        (
+            "def load(name):\n    from transformers import AutoModelForCausalLM\n",
+            "transformers.AutoModelForCausalLM (line 2)",
+        ),
+        ("from trl.trainer import GRPOTrainer\n", "trl.trainer.GRPOTrainer (line 1)"),
+        ("def answer(model, ids):\n    return model.generate(ids)\n", ".generate (line 2)"),
+        ("def load(cls):\n    return cls.from_pretrained('x')\n", ".from_pretrained (line 2)"),
+    ],
+)
+def test_credit_fails_on_model_libraries_and_calls(tmp_path, source, used):
+    src = fake_tree(tmp_path, mrtpo__credit__map=source)
+    assert credit_model_violations(src) == [f"mrtpo.credit.map uses {used}"]
+    assert credit_model_violations(fake_tree(tmp_path / "clean")) == []
 
 
 @pytest.mark.parametrize(
@@ -442,3 +550,11 @@ def test_commands_do_not_import_each_other(graph):
 
 def test_importlib_only_in_the_dispatcher_and_for_find_spec():
     assert not (found := importlib_violations(SRC)), "\n".join(found)
+
+
+def test_credit_imports_nothing_that_runs_models(graph):
+    assert not (found := credit_violations(graph)), "\n".join(found)
+
+
+def test_credit_uses_no_model_library_and_calls_no_generate():
+    assert not (found := credit_model_violations(SRC)), "\n".join(found)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrtpo.tasks.instructions import CHECKERS, build_constraint, checkers, text
+from mrtpo.tasks.instructions import CHECKERS, build_constraint, checkers, registry, text
 from mrtpo.tasks.instructions.text import sentence_tokenizer
 
 IFEVAL_IDS = {
@@ -614,7 +614,7 @@ def test_token_spans_place_rewritten_quotes_and_skip_far_tokens():
 
 
 def test_loose_variants_drop_the_first_and_last_lines_and_asterisks():
-    assert checkers.loose_variants("Sure:\n*x*\nBye") == [
+    assert registry.loose_variants("Sure:\n*x*\nBye") == [
         "Sure:\n*x*\nBye",
         "*x*\nBye",
         "Sure:\n*x*",

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mrtpo.tasks.instructions.checkers import CONSTRAINED_RESPONSE_OPTIONS, build_constraint
+from mrtpo.tasks.instructions.checkers import CONSTRAINED_RESPONSE_OPTIONS
+from mrtpo.tasks.instructions.registry import build_constraint
 
 OUT_DIR = Path(__file__).resolve().parents[2] / "src" / "mrtpo" / "data" / "instructions"
 N_PROMPTS = 400

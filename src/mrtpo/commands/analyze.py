@@ -9,15 +9,14 @@ is smaller), verifies it, replays it (leave-one-out by default) and writes into 
 - `concentration.md` / `.json` / `.png`: the paper's Figure 6;
 - `maps.html`: the first `--maps` responses' credit maps, shaded by replay distance;
 - `responses.json`: every response with its scores.
+
+All of it is `mrtpo.explaining.run_analyze`.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import sys
-import time
-from pathlib import Path
 
 from mrtpo.models import DEFAULT_MODEL
 
@@ -61,99 +60,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from mrtpo import tasks
-    from mrtpo.credit.analysis import (
-        concentration,
-        concentration_markdown,
-        concentration_png,
-        localization_markdown,
-        localization_table,
-        write_json,
-    )
-    from mrtpo.credit.render import to_html
-    from mrtpo.credit.replay import distance_maps, replay_rows, reward_types, verify_rows
-    from mrtpo.generation import generate, render_prompt_ids
-    from mrtpo.models import load_model
+    from mrtpo.explaining import run_analyze
 
-    command = "mrtpo analyze " + shlex.join(argv)
-    task = tasks.get(args.task)
-    verifiers = task.verifiers()
-    names = [verifier.name for verifier in verifiers]
-    dataset = task.load(args.split, path=args.data) if args.data else task.load(args.split)
-    n = min(args.n, len(dataset))
-    if n < args.n:
-        print(f"the {args.split} split has {len(dataset)} rows: analyzing all {n}", file=sys.stderr)
-    rows = [dict(dataset[i]) for i in range(n)]
-    prompts = [row["prompt"] for row in rows]
-    model, tokenizer = load_model(args.model_name_or_path)
-
-    started = time.perf_counter()
-    prompt_ids = render_prompt_ids(tokenizer, prompts)
-    completion_ids = generate(model, tokenizer, prompt_ids, args.max_new_tokens, args.batch_size)
-    generated = time.perf_counter()
-    texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-    verdicts = verify_rows(verifiers, texts, rows)
-    distances = replay_rows(
-        model, tokenizer, prompts, completion_ids, verdicts, args.mode, args.batch_size
+    run_analyze(
+        args.task,
+        args.model_name_or_path,
+        args.out,
+        n=args.n,
+        split=args.split,
+        data=args.data,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        mode=args.mode,
+        satisfied_at=args.satisfied_at,
+        maps=args.maps,
+        command="mrtpo analyze " + shlex.join(argv),
     )
-    replayed = time.perf_counter()
-    types = [reward_types(verifiers, row) for row in rows]
-    maps = distance_maps(
-        tokenizer, prompts, completion_ids, texts, names, verdicts, distances, types
-    )
-
-    table = localization_table(maps, satisfied_at=args.satisfied_at)
-    shares = concentration(maps)
-    seconds = {"generate": generated - started, "replay": replayed - generated}
-    about = {
-        "command": command,
-        "task": args.task,
-        "model": str(args.model_name_or_path),
-        "split": args.split,
-        "responses": n,
-        "mean_response_tokens": sum(len(ids) for ids in completion_ids) / max(n, 1),
-        "replay_mode": args.mode,
-        "satisfied_at": args.satisfied_at,
-        "seconds": seconds,
-    }
-    out = Path(args.out or f"outputs/analyze-{args.task}")
-    out.mkdir(parents=True, exist_ok=True)
-    heading = (
-        f"Command: `{command}` ({n} greedy responses of the {args.split} split, "
-        f"{args.mode} replay, model {args.model_name_or_path}).\n\n"
-    )
-    aggregation = (
-        "Dist.: % of a reward's replay distance on the tokens its checker read; Tok.: those tokens' "
-        "% of the response; both averaged over instances, Ratio = Dist. / Tok. (1 = uniform). "
-        "'–': fewer than 5 instances. Left out (column excl.): instances without spans, with "
-        "spans covering the whole text (the checker read everything) or with zero distance.\n\n"
-    )
-    (out / "localization.md").write_text(
-        "# Localization (Table 4)\n\n" + heading + aggregation + localization_markdown(table),
-        encoding="utf-8",
-    )
-    write_json({**about, "rows": table}, out / "localization.json")
-    (out / "concentration.md").write_text(
-        "# Concentration (Figure 6)\n\n" + heading + concentration_markdown(shares),
-        encoding="utf-8",
-    )
-    write_json({**about, **shares}, out / "concentration.json")
-    concentration_png(shares, out / "concentration.png")
-    if args.maps:
-        (out / "maps.html").write_text(
-            to_html(maps[: args.maps], title=f"Replay distances, {args.task}"), encoding="utf-8"
-        )
-    responses = [
-        {
-            "prompt": m.prompt,
-            "completion": m.text,
-            "scores": {k: v.score for k, v in zip(names, m.verdicts, strict=True)},
-        }
-        for m in maps
-    ]
-    write_json(responses, out / "responses.json")
-
-    pooled = [row for row in table if row["type"] == "all"]
-    print(localization_markdown(pooled), end="")
-    print(f"generation {seconds['generate']:.0f} s, replay {seconds['replay']:.0f} s; wrote {out}/")
     return 0

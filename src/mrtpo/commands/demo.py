@@ -133,22 +133,12 @@ def show_credit_map(
 ) -> Path:
     """The demo's last stage: the credit map of the model's answer to test row
     `EXPLAINED_EXAMPLE`, on the terminal and in `out/credit.html` (returned)."""
-    from mrtpo import tasks
-    from mrtpo.credit.replay import run_explain
+    from mrtpo.explaining import run_explain
 
-    task = tasks.get(DEMO_TASK)
     options = {"task": DEMO_TASK, "model_name_or_path": model_name_or_path, "split": "test",
                "example": EXPLAINED_EXAMPLE, "max_new_tokens": max_new_tokens, "out": out}  # fmt: skip
     with demo_step("credit map of a trained response", "explain", options, timings):
-        row = dict(task.load("test")[EXPLAINED_EXAMPLE])
-        run_explain(
-            task,
-            model_name_or_path,
-            row,
-            out,
-            max_new_tokens=max_new_tokens,
-            title=f"{DEMO_TASK}, test example {EXPLAINED_EXAMPLE}, after MRTPO",
-        )
+        run_explain(**options, title=f"{DEMO_TASK}, test example {EXPLAINED_EXAMPLE}, after MRTPO")
     return out / "credit.html"
 
 
@@ -156,8 +146,8 @@ def training_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from mrtpo.cold_start import build_sft_trainer, run_sft, sft_config
-    from mrtpo.credit.replay import open_command
     from mrtpo.evaluation import run_eval, summary_table
+    from mrtpo.explaining import open_command
     from mrtpo.training import CPU_DEFAULTS, run_training, train_config
 
     root = Path(args.output_dir)

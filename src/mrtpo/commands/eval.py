@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from mrtpo.commands.common import BenchmarkArguments, TaskArguments
+from mrtpo.cli_options import BenchmarkArguments, TaskArguments
 
 
 @dataclass

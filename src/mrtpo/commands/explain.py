@@ -19,15 +19,12 @@ and the map shows replay distances instead of advantages. Rewards that do not ap
 
 Writes `credit.html`, `credit.png` and `group.json` (the group's responses and scores) into
 `--out`, prints the map on the terminal and the command that opens the page
-(`mrtpo.credit.replay.run_explain`).
+(`mrtpo.explaining.run_explain`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
-from typing import Any
 
 from mrtpo.models import DEFAULT_MODEL
 
@@ -68,58 +65,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def choose_row(task: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """The dataset row the verifiers read, its prompt replaced by --prompt-file if given."""
-    dataset = task.load(args.split, path=args.data) if args.data else task.load(args.split)
-    if not 0 <= args.example < len(dataset):
-        raise ValueError(f"--example must lie in [0, {len(dataset)}), got {args.example}")
-    row = dict(dataset[args.example])
-    if args.prompt_file is None:
-        return row
-    text = Path(args.prompt_file).read_text(encoding="utf-8")
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError:
-        given = None
-    if isinstance(given, dict):
-        if "prompt" not in given:
-            raise ValueError(f"--prompt-file {args.prompt_file}: a JSON row needs a 'prompt' key")
-        row.update(given)
-        if isinstance(row["prompt"], str):
-            row["prompt"] = [
-                {"role": "system", "content": task.system_prompt},
-                {"role": "user", "content": row["prompt"]},
-            ]
-    else:
-        row["prompt"] = [
-            {"role": "system", "content": task.system_prompt},
-            {"role": "user", "content": text},
-        ]
-    return row
-
-
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    from mrtpo import tasks
-    from mrtpo.credit.replay import run_explain
+    from mrtpo.explaining import run_explain
 
-    task = tasks.get(args.task)
-    row = choose_row(task, args)
-    response = None
-    if args.response_file is not None:
-        response = Path(args.response_file).read_text(encoding="utf-8")
     run_explain(
-        task,
+        args.task,
         args.model_name_or_path,
-        row,
-        args.out or f"outputs/explain-{args.task}",
-        response,
+        args.out,
+        split=args.split,
+        example=args.example,
+        data=args.data,
+        prompt_file=args.prompt_file,
+        response_file=args.response_file,
         num_samples=args.num_samples,
         beta=args.beta,
         temperature=args.temperature,
         seed=args.seed,
         max_new_tokens=args.max_new_tokens,
         mode=args.mode,
-        title=f"{args.task}, example {args.example}",
     )
     return 0

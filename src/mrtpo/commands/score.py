@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mrtpo.commands.common import BenchmarkArguments, DataArguments
+from mrtpo.cli_options import BenchmarkArguments, DataArguments
 
 
 @dataclass

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrtpo.cli_options import TaskArguments
 from mrtpo.cold_start import SFT_DEFAULTS, build_sft_trainer, run_sft
-from mrtpo.commands.common import TaskArguments
 
 
 @dataclass

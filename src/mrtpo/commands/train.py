@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mrtpo.commands.common import TaskArguments
+from mrtpo.cli_options import TaskArguments
 from mrtpo.training import CPU_DEFAULTS, run_training
 
 

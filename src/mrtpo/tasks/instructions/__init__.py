@@ -2,8 +2,10 @@
 constraint.
 
 - `task`: `InstructionsTask` and `TASK`, what `mrtpo.tasks.get("instructions")` returns;
-- `checkers`: IFEval's 25 instruction checkers (`CHECKERS`), each returning a `Verdict`, and
-  the loose mode's response variants;
+- `registry`: the constraint registry (`CHECKERS`, `IFBENCH_CHECKERS`, the `checker`
+  decorator, argument parsers), `build_constraint` and `Constraint` (its `check` returns a
+  `Verdict`), and the loose mode's response variants;
+- `checkers`: IFEval's 25 instruction checkers, registered in `CHECKERS`;
 - `ifbench_count`, `ifbench_sentences`, `ifbench_words`, `ifbench_format`, `ifbench_custom`:
   IFBench's 58 (`IFBENCH_CHECKERS`), with `ifbench_text`'s measurements;
 - `slots`: `ConstraintSlot(k)`, the verifier for the k-th constraint of a row;
@@ -22,19 +24,14 @@ The data has no reference responses, so `reference_completion` is None and a sup
 start has nothing to train on for this task.
 """
 
-# Importing the IFBench modules registers their checkers.
+# Importing the checker modules registers their checkers.
 from mrtpo.tasks.instructions import (  # noqa: F401
+    checkers,
     ifbench_count,
     ifbench_custom,
     ifbench_format,
     ifbench_sentences,
     ifbench_words,
-)
-from mrtpo.tasks.instructions.checkers import (
-    CHECKERS,
-    IFBENCH_CHECKERS,
-    Constraint,
-    build_constraint,
 )
 from mrtpo.tasks.instructions.loader import load_ifbench, load_ifeval
 from mrtpo.tasks.instructions.metrics import (
@@ -42,6 +39,12 @@ from mrtpo.tasks.instructions.metrics import (
     PROMPT_LEVEL_LOOSE,
     InstructionFollowingBenchmark,
     load_following_benchmark,
+)
+from mrtpo.tasks.instructions.registry import (
+    CHECKERS,
+    IFBENCH_CHECKERS,
+    Constraint,
+    build_constraint,
 )
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.tasks.instructions.task import (

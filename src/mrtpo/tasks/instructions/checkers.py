@@ -1,17 +1,11 @@
 """IFEval's 25 instruction checkers, with its keyword arguments and its strict-mode semantics.
 
-One small function per instruction id, registered in `CHECKERS` with the statement of the
-constraint (a format string over its arguments) and a parser per argument. A check returns
-an `Outcome`: whether the response follows the instruction, why not, and the character spans
-it read (keyword occurrences, the title, the postscript, the bullets, ...; the whole response
-where it reads everything).
-
-`build_constraint(instruction_id, kwargs)` validates the arguments once and gives a
-`Constraint` whose `check(response)` returns a `Verdict` (score 1.0 / 0.0, the verifier
-information, the spans). As in IFEval's strict mode, an empty (whitespace-only) response
-follows no instruction; `follows_loose(response)` is the loose mode (`loose_variants`).
-IFBench's checkers (the `ifbench_*` modules) register in `IFBENCH_CHECKERS` with the same
-`checker` decorator, and `build_constraint` knows both registries.
+One small function per instruction id, registered in `CHECKERS` (see `registry`, which also
+builds the `Constraint`s) with the statement of the constraint (a format string over its
+arguments) and a parser per argument. A check returns an `Outcome`: whether
+the response follows the instruction, why not, and the character spans it read (keyword
+occurrences, the title, the postscript, the bullets, ...; the whole response where it reads
+everything).
 
 Every check runs in time linear in the response. Where IFEval's regular expressions backtrack
 quadratically (a lazy `\\[.*?\\]` or a leading `\\s*` rescanned from each character of a run),
@@ -37,14 +31,22 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from mrtpo.tasks.instructions import text as measure
-from mrtpo.verifiers import Span, Verdict
+from mrtpo.tasks.instructions.registry import (
+    Outcome,
+    _count,
+    _letter,
+    _lower_phrase,
+    _phrase,
+    _raw_phrase,
+    _relation,
+    _show,
+    _words,
+    checker,
+)
+from mrtpo.verifiers import Span
 
-RELATIONS = ("less than", "at least")
 CONSTRAINED_RESPONSE_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
 
 # Names for the ISO 639-1 codes IFEval uses (others are shown as their code).
@@ -57,182 +59,6 @@ LANGUAGE_NAMES = {
     "mr": "Marathi", "gu": "Gujarati", "pa": "Punjabi", "ml": "Malayalam", "fi": "Finnish",
     "nl": "Dutch", "sv": "Swedish", "tr": "Turkish", "zh-cn": "Chinese",
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one check found: followed or not, why not, and the spans it read."""
-
-    passed: bool
-    reason: str
-    spans: tuple[Span, ...]
-
-
-@dataclass(frozen=True)
-class CheckerSpec:
-    """One registered instruction: `check(text, **args)`, its statement, its argument parsers."""
-
-    check: Callable[..., Outcome]
-    statement: str | Callable[..., str]
-    arguments: Mapping[str, Callable[[Any], Any]]
-    validate: Callable[..., None] | None = None  # checks between arguments; raises ValueError
-
-
-# IFEval's instructions; IFBench's are in `IFBENCH_CHECKERS`, filled by the `ifbench_*`
-# modules (the package imports them), and `build_constraint` knows both.
-CHECKERS: dict[str, CheckerSpec] = {}
-IFBENCH_CHECKERS: dict[str, CheckerSpec] = {}
-
-
-def checker(
-    instruction_id: str,
-    statement: str | Callable[..., str],
-    validate: Callable[..., None] | None = None,
-    registry: dict[str, CheckerSpec] = CHECKERS,
-    **arguments: Callable[[Any], Any],
-) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]]:
-    """Register `check` under `instruction_id` in `registry`, with its statement and argument
-    parsers."""
-
-    def register(check: Callable[..., Outcome]) -> Callable[..., Outcome]:
-        if instruction_id in CHECKERS or instruction_id in IFBENCH_CHECKERS:
-            raise ValueError(f"instruction_id {instruction_id!r} is registered twice")
-        registry[instruction_id] = CheckerSpec(check, statement, arguments, validate)
-        return check
-
-    return register
-
-
-def checker_spec(instruction_id: str) -> CheckerSpec | None:
-    """The registered instruction `instruction_id` (IFEval's or IFBench's), or None."""
-    return CHECKERS.get(instruction_id) or IFBENCH_CHECKERS.get(instruction_id)
-
-
-def loose_variants(response: str) -> list[str]:
-    """The responses IFEval's and IFBench's loose mode tries (an instruction is followed if
-    any non-empty one follows it): the response, without its first line, without its last
-    line, without both (these three stripped), and each of the four without asterisks."""
-    lines = response.split("\n")
-    trimmed = [
-        response,
-        "\n".join(lines[1:]).strip(),
-        "\n".join(lines[:-1]).strip(),
-        "\n".join(lines[1:-1]).strip(),
-    ]
-    return trimmed + [variant.replace("*", "") for variant in trimmed]
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """One instruction with validated arguments, ready to check responses."""
-
-    instruction_id: str
-    args: dict[str, Any] = field(hash=False)
-    statement: str
-
-    def outcome(self, response: str) -> Outcome:
-        """What the check finds in `response` (strict mode: an empty response follows nothing)."""
-        if not response.strip():
-            return Outcome(False, "the response is empty", ())
-        spec = checker_spec(self.instruction_id)
-        assert spec is not None, self.instruction_id  # build_constraint checked it
-        return spec.check(response, **self.args)
-
-    def check(self, response: str) -> Verdict:
-        """Score 1.0 if `response` follows the instruction (strict mode), else 0.0."""
-        outcome = self.outcome(response)
-        verdict = "satisfied" if outcome.passed else f"not satisfied: {outcome.reason}"
-        info = f"Constraint: {self.statement}\nVerdict: {verdict}."
-        return Verdict(float(outcome.passed), info, outcome.spans)
-
-    def follows_loose(self, response: str) -> bool:
-        """Whether some loose-mode variant of `response` follows the instruction."""
-        return any(self.outcome(variant).passed for variant in loose_variants(response))
-
-
-def build_constraint(instruction_id: str, kwargs: Mapping[str, Any] | None = None) -> Constraint:
-    """A `Constraint` for one IFEval or IFBench instruction; None-valued kwargs are dropped
-    (the Hugging Face copy of IFEval and IFBench's file list every key, mostly null).
-    ValueError on an unknown id, a missing or unexpected argument, or a bad value."""
-    spec = checker_spec(instruction_id)
-    if spec is None:
-        raise ValueError(f"unknown instruction_id {instruction_id!r}")
-    given = {name: value for name, value in (kwargs or {}).items() if value is not None}
-    unexpected = sorted(set(given) - set(spec.arguments))
-    if unexpected:
-        raise ValueError(
-            f"{instruction_id}: unexpected kwargs {unexpected}; it takes {sorted(spec.arguments)}"
-        )
-    args = {}
-    for name, parse in spec.arguments.items():
-        if name not in given:
-            raise ValueError(f"{instruction_id}: missing kwarg {name!r}")
-        try:
-            args[name] = parse(given[name])
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{instruction_id}: kwarg {name!r}: {error}") from None
-    if spec.validate is not None:
-        try:
-            spec.validate(**args)
-        except ValueError as error:
-            raise ValueError(f"{instruction_id}: {error}") from None
-    if callable(spec.statement):
-        statement = spec.statement(**args)
-    else:
-        statement = spec.statement.format(**{name: _show(value) for name, value in args.items()})
-    return Constraint(instruction_id, args, statement)
-
-
-# ----------------------------------------------------------------------------------------------
-# Argument parsers: return the normalized value (as IFEval normalizes it) or raise ValueError.
-
-
-def _count(value: Any) -> int:
-    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not whole:
-        raise ValueError(f"must be a whole number, got {value!r}")
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value!r}")
-    return int(value)
-
-
-def _relation(value: Any) -> str:
-    if value not in RELATIONS:
-        raise ValueError(f"must be one of {RELATIONS}, got {value!r}")
-    return value
-
-
-def _phrase(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _raw_phrase(value: Any) -> str:
-    _phrase(value)
-    return value  # IFEval keeps these as given (prompt_to_repeat is stripped when compared)
-
-
-def _lower_phrase(value: Any) -> str:
-    return _phrase(value).lower()
-
-
-def _words(value: Any) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
-        raise ValueError(f"must be a non-empty list of strings, got {value!r}")
-    return [_raw_phrase(word) for word in value]
-
-
-def _letter(value: Any) -> str:
-    if not isinstance(value, str) or len(value) != 1:
-        raise ValueError(f"must be a single character, got {value!r}")
-    return value.strip().lower()
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, list):
-        return ", ".join(f'"{word}"' for word in value)
-    return str(value)
 
 
 # ----------------------------------------------------------------------------------------------

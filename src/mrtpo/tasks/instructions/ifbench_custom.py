@@ -16,8 +16,8 @@ import re
 import unicodedata
 
 from mrtpo.tasks.instructions import ifbench_text as measure
-from mrtpo.tasks.instructions.checkers import Outcome, _count, _raw_phrase
 from mrtpo.tasks.instructions.ifbench_text import checker, whole
+from mrtpo.tasks.instructions.registry import Outcome, _count, _raw_phrase
 
 
 @checker("custom:multiples", "Count from 10 to 50 but only print multiples of 7.")

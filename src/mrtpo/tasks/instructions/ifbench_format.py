@@ -13,8 +13,8 @@ import string
 
 from mrtpo.tasks.instructions import ifbench_text as measure
 from mrtpo.tasks.instructions import text
-from mrtpo.tasks.instructions.checkers import Outcome, _raw_phrase
 from mrtpo.tasks.instructions.ifbench_text import checker, whole
+from mrtpo.tasks.instructions.registry import Outcome, _raw_phrase
 from mrtpo.verifiers import Span
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from mrtpo.tasks.instructions import ifbench_text as measure
 from mrtpo.tasks.instructions import text
-from mrtpo.tasks.instructions.checkers import Outcome, _count, _raw_phrase
 from mrtpo.tasks.instructions.ifbench_text import checker, percentage, positive_count, whole
+from mrtpo.tasks.instructions.registry import Outcome, _count, _raw_phrase
 
 
 def _ending_counts(response: str) -> tuple[int, int, int]:

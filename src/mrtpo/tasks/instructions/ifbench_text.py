@@ -24,11 +24,11 @@ import emoji
 import syllapy
 from nltk.tag.perceptron import PerceptronTagger
 
-from mrtpo.tasks.instructions import checkers
+from mrtpo.tasks.instructions import registry
 from mrtpo.tasks.instructions.text import NLTK_DIR
 from mrtpo.verifiers import Span
 
-checker = functools.partial(checkers.checker, registry=checkers.IFBENCH_CHECKERS)
+checker = functools.partial(registry.checker, registry=registry.IFBENCH_CHECKERS)
 
 PUNCTUATION = string.punctuation
 _DELETE_PUNCTUATION = str.maketrans("", "", PUNCTUATION)
@@ -173,7 +173,7 @@ def is_emoji(character: str) -> bool:
 
 def positive_count(value: object) -> int:
     """A whole number >= 1 (IFBench's file writes some as floats: 3.0)."""
-    count = checkers._count(value)
+    count = registry._count(value)
     if count < 1:
         raise ValueError(f"must be >= 1, got {value!r}")
     return count

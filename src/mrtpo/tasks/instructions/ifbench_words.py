@@ -13,8 +13,8 @@ from collections import Counter
 
 from mrtpo.tasks.instructions import ifbench_text as measure
 from mrtpo.tasks.instructions import text
-from mrtpo.tasks.instructions.checkers import Outcome, _count, _phrase
 from mrtpo.tasks.instructions.ifbench_text import checker, positive_count, whole
+from mrtpo.tasks.instructions.registry import Outcome, _count, _phrase
 from mrtpo.verifiers import Span
 
 # The Treebank tokenizer copies every token from the text but double quotes, written `` or ''.

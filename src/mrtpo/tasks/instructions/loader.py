@@ -26,7 +26,7 @@ from typing import Any
 
 from datasets import Dataset, Features, Value
 
-from mrtpo.tasks.instructions.checkers import build_constraint, checker_spec
+from mrtpo.tasks.instructions.registry import build_constraint, checker_spec
 
 SYSTEM_PROMPT = "You are a helpful assistant. Follow every instruction in the request exactly."
 

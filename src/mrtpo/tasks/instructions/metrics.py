@@ -3,7 +3,7 @@
 - prompt-level accuracy: the share of responses that follow every instruction of their row;
 - instruction-level accuracy: the share of all instructions followed;
 - each in strict mode (the response as it is; an empty one follows nothing) and loose mode (the
-  response or one of its variants, `checkers.loose_variants`: without the first line, the last
+  response or one of its variants, `registry.loose_variants`: without the first line, the last
   line or both, and without asterisks);
 - per instruction id: how many there were and the share followed, strict and loose.
 
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.tasks.base import Benchmark, accuracy_by_group
-from mrtpo.tasks.instructions.checkers import CHECKERS, IFBENCH_CHECKERS, Constraint
 from mrtpo.tasks.instructions.loader import SYSTEM_PROMPT, load_ifeval
+from mrtpo.tasks.instructions.registry import CHECKERS, IFBENCH_CHECKERS, Constraint
 from mrtpo.tasks.instructions.slots import ConstraintSlot, row_constraint
 from mrtpo.verifiers import Verdict, Verifier
 

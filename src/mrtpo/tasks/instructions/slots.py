@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mrtpo.tasks.instructions.checkers import Constraint, build_constraint
 from mrtpo.tasks.instructions.loader import decode_kwargs
+from mrtpo.tasks.instructions.registry import Constraint, build_constraint
 from mrtpo.verifiers import Verdict, Verifier
 
 

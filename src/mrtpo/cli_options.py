@@ -1,5 +1,5 @@
-"""The arguments `mrtpo train`, `mrtpo sft`, `mrtpo eval` and `mrtpo score` share (not a
-subcommand).
+"""The arguments `mrtpo train`, `mrtpo sft`, `mrtpo eval` and `mrtpo score` share, outside
+`mrtpo.commands` so that the commands never import one another.
 
 Each command's dataclass extends `TaskArguments` (`DataArguments` for `mrtpo score`, which
 loads no model); one that reads another split by default redeclares `split` with its own
