@@ -151,6 +151,7 @@ def train_mrtpo(
         ("replay_chunk_size", 0),
         ("credit_map_steps", -2),
         ("reward_weighting", "ema"),
+        ("replay_information", "another"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(tmp_path, field, value):
@@ -1003,3 +1004,48 @@ def test_anti_correlated_rewards_train_on_bounded_advantages(tmp_path, bounded):
     else:
         assert "mrtpo/bounded_rows_share" not in logged
         assert largest > 500  # the paper's formula divides by std_batch S + eps = 1e-4
+
+
+# ---------------------------------------------------------------------- placebo information
+
+
+def test_placebo_replays_each_row_with_another_prompts_information(tmp_path, monkeypatch):
+    import mrtpo.relevance
+
+    calls = []
+    original = mrtpo.relevance.replay_distances
+
+    def recording(model, tokenizer, prompts, completion_ids, infos, **options):
+        calls.append((prompts, completion_ids, infos))
+        return original(model, tokenizer, prompts, completion_ids, infos, **options)
+
+    monkeypatch.setattr(mrtpo.relevance, "replay_distances", recording)
+    settings = dict(
+        max_steps=2, mrtpo_warmup_steps=0, mrtpo_beta=1.0, per_device_train_batch_size=12
+    )
+    placebo = train_mrtpo(tmp_path / "placebo", replay_information="placebo", **settings)
+    placebo_calls, calls[:] = list(calls), []
+    own = train_mrtpo(tmp_path / "own", **settings)
+    assert len(placebo_calls) == len(calls) == 2  # one replay a step, same rows (same seed)
+    for (prompts, ids, infos), (own_prompts, own_ids, own_infos) in zip(
+        placebo_calls, calls, strict=True
+    ):
+        assert prompts == own_prompts and ids == own_ids  # only the information differs
+        for prompt, row_infos, row_own in zip(prompts, infos, own_infos, strict=True):
+            letter = prompt[-1]["content"].split()[-1][0]  # "... the word apple." -> "a"
+            assert f"letter {letter!r}" in row_own[0]
+            assert f"letter {letter!r}" not in row_infos[0]  # another prompt's letter
+    # The partners are a derangement of the three groups, drawn again each step.
+    assert placebo.state.global_step == own.state.global_step == 2
+    assert placebo.args.replay_information == "placebo"
+
+
+def test_placebo_needs_two_prompts_per_generation_batch(tmp_path):
+    with pytest.raises(ValueError, match="at least two prompts per generation batch"):
+        train_mrtpo(
+            tmp_path,
+            replay_information="placebo",
+            per_device_train_batch_size=4,
+            max_steps=1,
+            mrtpo_warmup_steps=0,
+        )

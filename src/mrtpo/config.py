@@ -12,6 +12,7 @@ from mrtpo import advantages
 ESTIMATORS = tuple(advantages.ESTIMATORS)  # "mrtpo", "gdpo", "grpo"
 WEIGHTINGS = tuple(advantages.WEIGHTINGS)  # "static", "saw"
 REPLAY_MODES = ("leave_one_out", "add_one")
+REPLAY_INFORMATION = ("own", "placebo")
 
 
 @dataclass
@@ -93,6 +94,15 @@ class MRTPOConfig(GRPOConfig):
             "help": "Response positions per JS-distance chunk; default: mrtpo.relevance's own default."
         },
     )
+    replay_information: str = field(
+        default="own",
+        metadata={
+            "help": "Control: 'own' (each row is replayed with its verifiers' information) or "
+            "'placebo' (with the information of the same-position row of another prompt of the "
+            "generation batch, a seeded pairing of groups; rewards and everything else unchanged).",
+            "choices": list(REPLAY_INFORMATION),
+        },
+    )
     shuffle_token_weights: bool = field(
         default=False,
         metadata={"help": "Ablation: permute each response's token weights among its own tokens."},
@@ -123,6 +133,11 @@ class MRTPOConfig(GRPOConfig):
         if self.replay_mode not in REPLAY_MODES:
             raise ValueError(
                 f"replay_mode must be one of {', '.join(REPLAY_MODES)}, got {self.replay_mode!r}"
+            )
+        if self.replay_information not in REPLAY_INFORMATION:
+            raise ValueError(
+                f"replay_information must be one of {', '.join(REPLAY_INFORMATION)}, got "
+                f"{self.replay_information!r}"
             )
         for name in ("replay_batch_size", "replay_chunk_size"):
             value = getattr(self, name)

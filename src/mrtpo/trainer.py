@@ -46,7 +46,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from mrtpo import advantages
-from mrtpo.config import ESTIMATORS, REPLAY_MODES, WEIGHTINGS, MRTPOConfig
+from mrtpo.config import ESTIMATORS, REPLAY_INFORMATION, REPLAY_MODES, WEIGHTINGS, MRTPOConfig
 from mrtpo.credit import CreditMap, write_training_maps
 from mrtpo.credit.replay import last_user_message
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
@@ -376,7 +376,7 @@ class MRTPOTrainer(GRPOTrainer):
         if wanted is None:
             wanted = torch.ones(len(rows), num_rewards, dtype=torch.bool)
         wanted = wanted.to("cpu", torch.bool)
-        verdicts = scored.row_verdicts()
+        infos = self._replay_infos(scored)  # before any early return: it may gather
         options = self._replay_options()
 
         started = time.perf_counter()
@@ -405,7 +405,7 @@ class MRTPOTrainer(GRPOTrainer):
                     self.processing_class,
                     [scored.prompts[i] for i in rows],
                     [scored.completion_ids[i] for i in rows],
-                    [[verdict.info for verdict in verdicts[i]] for i in rows],
+                    [infos[i] for i in rows],
                     mode=self.args.replay_mode,
                     # Render exactly as TRL rendered the prompts for generation.
                     chat_template_kwargs=self.chat_template_kwargs,
@@ -427,6 +427,41 @@ class MRTPOTrainer(GRPOTrainer):
             seconds=time.perf_counter() - started,
             replayed=wanted.to(device),
         )
+
+    def _replay_infos(self, scored: ScoredBatch) -> list[list[str]]:
+        """[B][K] the verifier information each local row is replayed with.
+
+        "own": the row's own. "placebo" (a control): the information of the row in the same
+        position of another group of the generation batch, groups paired by a derangement seeded
+        by the run's seed and the step (every process draws the same one), so each row gets the
+        information of a different prompt with its rewards and everything else unchanged. The
+        whole batch's information is gathered for that, on every process (each calls this
+        from `_replay`, which every process enters).
+        """
+        own = [[verdict.info for verdict in row] for row in scored.row_verdicts()]
+        if self.args.replay_information == "own":
+            return own
+        everything = gather_object(own)  # (N) rows, the process order of `scored.rewards`
+        group_size = self.num_generations
+        num_groups = len(everything) // group_size
+        if num_groups < 2:
+            raise ValueError(
+                "replay_information='placebo' needs at least two prompts per generation batch "
+                f"(got {len(everything)} rows of num_generations={group_size}): raise "
+                "per_device_train_batch_size or steps_per_generation"
+            )
+        generator = torch.Generator().manual_seed(self.args.seed + 7_919 * self.state.global_step)
+        order = torch.randperm(num_groups, generator=generator)
+        shift = int(torch.randint(1, num_groups, (1,), generator=generator))
+        partner = torch.empty_like(order)
+        partner[order] = order.roll(-shift)  # a derangement: no group is its own partner
+        start = scored.local.start
+        return [
+            everything[
+                int(partner[(start + i) // group_size]) * group_size + (start + i) % group_size
+            ]
+            for i in range(len(own))
+        ]
 
     def _replay_options(self) -> dict[str, Any]:
         """Keyword options of `replay_distances`: the policy's distribution as TRL's loss
@@ -762,4 +797,11 @@ def _top_share_sums(
     return torch.stack([shares.sum(dim=0), counted.sum(dim=0).to(shares.dtype)], dim=1)
 
 
-__all__ = ["ESTIMATORS", "REPLAY_MODES", "WEIGHTINGS", "MRTPOConfig", "MRTPOTrainer"]
+__all__ = [
+    "ESTIMATORS",
+    "REPLAY_INFORMATION",
+    "REPLAY_MODES",
+    "WEIGHTINGS",
+    "MRTPOConfig",
+    "MRTPOTrainer",
+]
