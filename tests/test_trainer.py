@@ -16,6 +16,7 @@ from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+import mrtpo.relevance
 from mrtpo import advantages, tasks
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import ESTIMATORS, MRTPOConfig, MRTPOTrainer, _top_share_sums
@@ -619,40 +620,84 @@ def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator, monkeypa
         assert trainer.replayed_rows > 0
 
 
-def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
+def _recording_replays(monkeypatch) -> list[dict]:
+    """Every call of `mrtpo.relevance.replay_distances` the trainer makes: its inputs, options,
+    result, and the parameters of the model it got (the policy at that step)."""
+    calls: list[dict] = []
+    real = mrtpo.relevance.replay_distances
+
+    def recording(model, tokenizer, prompts, completion_ids, infos, **options):
+        distance, mask = real(model, tokenizer, prompts, completion_ids, infos, **options)
+        calls.append(
+            {
+                "state": {name: t.detach().clone() for name, t in model.state_dict().items()},
+                "inputs": (list(prompts), [list(ids) for ids in completion_ids], infos),
+                "options": options,
+                "distance": distance.detach().float().clone(),
+            }
+        )
+        return distance, mask
+
+    monkeypatch.setattr(mrtpo.relevance, "replay_distances", recording)
+    return calls
+
+
+def test_peft_replay_runs_the_adapted_policy(tmp_path, monkeypatch):
     # peft is optional (not a project dependency): this runs where it is installed, e.g.
     # PYTHONPATH=<dir with peft> .venv/bin/pytest tests/test_trainer.py -k peft
     peft = pytest.importorskip("peft")
-    seen_models = []
+    from mrtpo.relevance import naive_replay_distances
 
-    class Watching(RecordingMRTPO):
-        def _replay(self, completion_width, rows, wanted=None):
-            model = self.accelerator.unwrap_model(self.model)
-            # The model the replay calls: the PEFT model, its LoRA layers switched on.
-            lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
-            seen_models.append((isinstance(model, peft.PeftModel), bool(lora_on) and all(lora_on)))
-            return super()._replay(completion_width, rows, wanted)
-
+    calls = _recording_replays(monkeypatch)
+    # Random A and B (not PEFT's no-op B = 0): the adapted policy differs from the base model
+    # from the first step on, so a replay of the base model shows.
+    lora = peft.LoraConfig(
+        r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM", init_lora_weights=False
+    )
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(
         output_dir=str(tmp_path), **{**COMMON, "learning_rate": 1e-2}, mrtpo_warmup_steps=0
     )
-    trainer = Watching(
+    trainer = MRTPOTrainer(
         model=model,
         reward_funcs=toy_verifiers(),
         args=args,
         train_dataset=toy_dataset(),
         processing_class=tokenizer,
-        peft_config=peft.LoraConfig(
-            r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
-        ),
+        peft_config=lora,
     )
-    lora_b = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
-    assert seen_models == [(True, True), (True, True)]
-    trained = dict(trainer.model.named_parameters())
-    assert lora_b and all(not torch.equal(lora_b[n], trained[n]) for n in lora_b)
-    assert all(seen["advantages"].dim() == 2 for seen in trainer.seen)
+    assert len(calls) == 2, "one replay per step"
+    lora_names = [name for name in calls[0]["state"] if "lora_B" in name]
+    assert lora_names and all(
+        not torch.equal(calls[0]["state"][n], calls[1]["state"][n]) for n in lora_names
+    ), "the adapter was not trained between the two replays"
+    base, _ = tiny_model_and_tokenizer(seed=0)  # what a replay with adapters off would run
+    for call in calls:
+        # The step's policy rebuilt from the replayed model's parameters, LoRA merged in.
+        adapted = peft.get_peft_model(tiny_model_and_tokenizer(seed=0)[0], lora)
+        adapted.load_state_dict(call["state"])
+        merged = adapted.merge_and_unload()
+        options = call["options"]
+        assert (options["temperature"], options["lm_head_fp32"]) == (1.0, False)  # naive's
+        rendering = {
+            key: options[key] for key in ("mode", "chat_template_kwargs", "tools", "chat_template")
+        }
+        expected, _ = naive_replay_distances(merged, tokenizer, *call["inputs"], **rendering)
+        adapters_off, _ = naive_replay_distances(base, tokenizer, *call["inputs"], **rendering)
+        # Only the wanted (row, reward) pairs were replayed; the others are 0 by contract.
+        wanted = options["wanted"].unsqueeze(-1).expand_as(expected)
+        assert wanted.any()
+        actual = call["distance"]
+        torch.testing.assert_close(
+            actual[wanted],
+            expected[wanted],
+            rtol=0,
+            atol=1e-5,
+            msg=lambda m: f"the replay did not run the adapted policy (LoRA merged): {m}",
+        )
+        assert actual[~wanted].abs().max() == 0
+        assert (actual[wanted] - adapters_off[wanted]).abs().max() > 5e-4
 
 
 # ---------------------------------------------------------------------- resume
