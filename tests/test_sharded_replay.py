@@ -1,6 +1,7 @@
 """The replay on a sharded model (FSDP2, two CPU processes on gloo): processes whose rows need
 different replays (none at all, or different numbers of forward passes) stay in step, and
-their per-token advantages equal one process's over the whole batch, replayed independently."""
+their per-token advantages equal one process's over the whole batch, replayed independently;
+so does the credit maps' replay (GDPO, and MRTPO at beta 0), which every process runs."""
 
 from __future__ import annotations
 
@@ -107,17 +108,8 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
     # The credit-map runs through TRL's hooks: every process replayed its own lowest- and
     # highest-reward rows, and nothing else (beta 0: no row for the advantages), with the naive
     # replay's distances; process 0 wrote the maps. Advantages: GDPO's, on every token at beta 0.
-    examples = [{"prompt": [{"role": "user", "content": w}], "letter": w[0]} for w in WORDS]
     rewards = torch.tensor(
-        [
-            [
-                float("nan")
-                if (v := verifier.verify(text, examples[i // GROUP_SIZE])).score is None
-                else v.score
-                for verifier in toy_verifiers()
-            ]
-            for i, text in enumerate(COMPLETIONS)
-        ]
+        [toy_scores(text, WORDS[i // GROUP_SIZE]) for i, text in enumerate(COMPLETIONS)]
     )
     gdpo = advantages.gdpo(rewards, GROUP_SIZE, eps=EPS)
     for name in CREDIT_MAP_RUNS:
@@ -140,6 +132,13 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
             else:
                 expected = response[:, None] * run["completion_mask"]
                 torch.testing.assert_close(run["advantages"], expected, rtol=0, atol=1e-6)
+
+
+def toy_scores(text: str, word: str) -> list[float]:
+    """The toy verifiers' scores of a completion of the prompt about `word` (NaN: no score)."""
+    example = {"prompt": [{"role": "user", "content": word}], "letter": word[0]}
+    scores = [verifier.verify(text, example).score for verifier in toy_verifiers()]
+    return [float("nan") if score is None else score for score in scores]
 
 
 # ----------------------------------------------------------------------------- setups
