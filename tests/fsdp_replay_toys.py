@@ -6,8 +6,10 @@ CPU). Accelerate's FSDP is GPU-only (`use_cpu=True` makes a plain multi-CPU run)
 process shards the tiny model itself with torch's `fully_shard` (each decoder layer, then the
 whole model, as accelerate's FSDP2 does) and drives the trainer's replay path directly:
 `MRTPOTrainer._token_advantages` then `_write_credit_maps`, on batches (`SCENARIOS`) where the
-processes' rows need different replays. Each process saves its per-token advantages per
-scenario to `OUT_DIR/rank{r}.pt`.
+processes' rows need different replays; then it runs TRL's `_generate_and_score_completions`
+(scripted completions) for GDPO and MRTPO at beta 0 with credit maps every step
+(`CREDIT_MAP_RUNS`), whose only replay is the credit maps'. Each process saves its per-token
+advantages per scenario, and its replays per run, to `OUT_DIR/rank{r}.pt`.
 """
 
 from __future__ import annotations
@@ -82,6 +84,81 @@ def scored_batch(tokenizer, rewards: list[list[float]], rank: int) -> ScoredBatc
     )
 
 
+# Runs through TRL's own `_generate_and_score_completions` whose only replay is the credit
+# maps': each process replays its own lowest- and highest-reward rows for the maps, which only
+# process 0 writes. A process that skipped that replay would leave the other in a gather.
+CREDIT_MAP_RUNS = {
+    "gdpo_credit_maps": {"advantage_estimator": "gdpo"},
+    # beta 0 at every step: no row is replayed for the advantages, on either process
+    "mrtpo_beta_zero_credit_maps": {"advantage_estimator": "mrtpo", "mrtpo_beta": 0.0},
+}
+
+
+class ScriptedCompletions(MRTPOTrainer):
+    """TRL's generation with this process's four `COMPLETIONS` as the model's output (the same
+    forward passes on every process: none)."""
+
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
+        rank = self.accelerator.process_index
+        tokenizer = self.processing_class
+        texts = COMPLETIONS[rank * GROUP_SIZE : (rank + 1) * GROUP_SIZE]
+        ids = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        return [row + [tokenizer.eos_token_id] for row in ids][: len(prompt_ids)], None
+
+
+def credit_map_run(model, tokenizer, out_dir: str, name: str, rank: int) -> dict:
+    """One generation batch of run `name` through TRL's hooks: the replays each process ran
+    (through `mrtpo.relevance.replay_distances`) and the batch's advantages."""
+    import mrtpo.relevance
+
+    replays = []
+    real = mrtpo.relevance.replay_distances
+
+    def recording(model, tokenizer, prompts, completion_ids, infos, **options):
+        distance, mask = real(model, tokenizer, prompts, completion_ids, infos, **options)
+        replays.append(
+            {
+                "prompts": list(prompts),
+                "completion_ids": [list(ids) for ids in completion_ids],
+                "infos": [list(row) for row in infos],
+                "distance": distance.float().cpu(),
+            }
+        )
+        return distance, mask
+
+    args = MRTPOConfig(
+        output_dir=str(Path(out_dir) / name),
+        per_device_train_batch_size=GROUP_SIZE,
+        num_generations=GROUP_SIZE,
+        max_completion_length=16,
+        mrtpo_warmup_steps=0,
+        credit_map_steps=1,
+        **{**CPU_RUN, **CREDIT_MAP_RUNS[name]},
+    )
+    trainer = toy_trainer(ScriptedCompletions, model, tokenizer, args)
+    word = WORDS[rank]
+    example = {
+        "prompt": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": f"Write one line about the word {word}."},
+        ],
+        "letter": word[0],
+    }
+    model.train()
+    mrtpo.relevance.replay_distances = recording
+    try:
+        output = trainer._generate_and_score_completions([dict(example) for _ in range(GROUP_SIZE)])
+    finally:
+        mrtpo.relevance.replay_distances = real
+    return {
+        "replays": replays,
+        "advantages": output["advantages"].cpu(),
+        "completion_mask": output["completion_mask"].cpu(),
+    }
+
+
 def main(out_dir: str) -> None:
     # A short timeout: processes out of step fail here instead of waiting for gloo's default.
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -134,6 +211,8 @@ def main(out_dir: str) -> None:
             "prompts": scored.prompts,
             "infos": [[verdict.info for verdict in row] for row in scored.row_verdicts()],
         }
+    for name in CREDIT_MAP_RUNS:
+        records[name] = credit_map_run(model, tokenizer, out_dir, name, rank)
     # The model is sharded again afterwards, and a training forward and backward still work.
     weight = model.model.layers[0].self_attn.q_proj.weight
     records["sharded_after"] = weight.to_local().shape[0] < weight.shape[0]

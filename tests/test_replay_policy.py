@@ -112,23 +112,68 @@ def test_softcap_and_scale_come_from_the_text_sub_config():
         PolicyHead(temperature=0.0)
 
 
-def test_trainer_replays_under_accelerate_autocast(tmp_path, monkeypatch):
-    """fp32 weights with bf16=True: TRL's loss forward runs under autocast, so must the replay."""
-    seen = []
+# The replay's log-probs against TRL's, both under bf16 autocast, on the tiny model: bf16 keeps
+# 8 mantissa bits, so a bf16 matmul's output is rounded to about 0.4% of itself and one token's
+# log-prob can move by ~1e-3 whenever sums run in another order (the replay batches and caches
+# contexts; TRL runs each sequence whole). Seen: 11% of tokens differ, by up to 8e-4, mean 3e-5.
+# The same replay in fp32 differs from TRL's bf16 on every token: mean 4.7e-4. So the mean
+# absolute difference separates them, and the largest one only bounds gross errors (a wrong
+# temperature moves log-probs by > 0.1).
+AUTOCAST_MEAN_ATOL = 1.5e-4
+AUTOCAST_MAX_ATOL = 2e-3
+
+
+def test_trainer_replay_log_probs_equal_trls_under_bf16_autocast(tmp_path, monkeypatch):
+    """fp32 weights with bf16=True: TRL's loss forward runs under bf16 autocast, so the
+    replay's log-probs (taken where the trainer calls the replay, in its context) must be TRL's
+    under it, not fp32's."""
+    from mrtpo.relevance.contexts import contexts_of_rows
+
+    compared = []
     real = mrtpo.relevance.replay_distances
 
-    def recording(*args, **kwargs):
-        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"), kwargs))
-        return real(*args, **kwargs)
+    def comparing(model, tokenizer, prompts, completion_ids, infos, **options):
+        rendering = [options[key] for key in ("chat_template_kwargs", "tools", "chat_template")]
+        contexts = contexts_of_rows(tokenizer, prompts, infos, options["mode"], *rendering)
+        completions = [list(ids) for ids in completion_ids]
+        head = PolicyHead.of(model, options["temperature"], options["lm_head_fp32"])
 
-    monkeypatch.setattr(mrtpo.relevance, "replay_distances", recording)
+        def replay_log_probs() -> list[torch.Tensor]:
+            """Each row's reference-context log-probs of its completion, as the replay has them."""
+            unique = [[0, 1]] * len(completions)
+            hidden = _replay_hidden(model, 0, contexts, completions, unique, 4)
+            return [
+                torch.log_softmax(head.logits(model, row[0]).float(), -1).gather(
+                    -1, torch.tensor(ids)[:, None]
+                )[:, 0]
+                for row, ids in zip(hidden, completions, strict=True)
+            ]
+
+        replayed = replay_log_probs()  # under whatever autocast the trainer set
+        with torch.autocast("cpu", enabled=False):
+            in_fp32 = replay_log_probs()
+        for row, ids in enumerate(completions):
+            input_ids = torch.tensor([contexts[row].sequence(0, ids)])
+            with torch.no_grad():  # TRL's own forward: under accelerate's autocast
+                trl = trainer._get_per_token_logps_and_entropies(
+                    model, input_ids, torch.ones_like(input_ids), len(ids)
+                )[0][0]
+            compared.append((replayed[row], in_fp32[row], trl))
+        return real(model, tokenizer, prompts, completion_ids, infos, **options)
+
+    monkeypatch.setattr(mrtpo.relevance, "replay_distances", comparing)
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     trainer = _trainer(tmp_path, model, tokenizer, bf16=True, temperature=0.8)
     trainer.train()
-    assert seen, "the step replayed nothing"
-    for enabled, dtype, kwargs in seen:
-        assert enabled and dtype == torch.bfloat16
-        assert kwargs["temperature"] == 0.8
+    assert compared, "the step replayed nothing"
+    replayed, in_fp32, trl = (torch.cat(column) for column in zip(*compared, strict=True))
+    gap, fp32_gap = (replayed - trl).abs(), (in_fp32 - trl).abs()
+    assert fp32_gap.mean() > 2 * AUTOCAST_MEAN_ATOL  # bf16 shows at this tolerance
+    assert gap.mean() < AUTOCAST_MEAN_ATOL, (
+        f"the replay's log-probs are not TRL's under bf16 autocast: mean |difference| "
+        f"{gap.mean():.2e} (fp32's: {fp32_gap.mean():.2e})"
+    )
+    assert gap.max() < AUTOCAST_MAX_ATOL, f"largest |difference| {gap.max():.2e}"
 
 
 # ----------------------------------------------------------------------------- cost

@@ -1,6 +1,7 @@
 """The replay on a sharded model (FSDP2, two CPU processes on gloo): processes whose rows need
 different replays (none at all, or different numbers of forward passes) stay in step, and
-their per-token advantages equal one process's over the whole batch, replayed independently."""
+their per-token advantages equal one process's over the whole batch, replayed independently;
+so does the credit maps' replay (GDPO, and MRTPO at beta 0), which every process runs."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fsdp_replay_toys import GROUP_SIZE, SCENARIOS, scored_batch
+from fsdp_replay_toys import (
+    COMPLETIONS,
+    CREDIT_MAP_RUNS,
+    GROUP_SIZE,
+    SCENARIOS,
+    WORDS,
+    scored_batch,
+)
+from trainer_toys import toy_verifiers
 
 from mrtpo import advantages
 from mrtpo.relevance import naive_replay_distances
@@ -24,7 +33,7 @@ from mrtpo.trainer import EPS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-TIMEOUT_S = 150  # a hang (processes out of step) fails here; the run takes about 30 s
+TIMEOUT_S = 150  # a hang (processes out of step) fails here; the run takes about 35 s
 
 
 def free_port() -> int:
@@ -95,6 +104,41 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
             torch.testing.assert_close(
                 actual, expected[batch.local, : actual.shape[1]], rtol=0, atol=1e-5
             )
+
+    # The credit-map runs through TRL's hooks: every process replayed its own lowest- and
+    # highest-reward rows, and nothing else (beta 0: no row for the advantages), with the naive
+    # replay's distances; process 0 wrote the maps. Advantages: GDPO's, on every token at beta 0.
+    rewards = torch.tensor(
+        [toy_scores(text, WORDS[i // GROUP_SIZE]) for i, text in enumerate(COMPLETIONS)]
+    )
+    gdpo = advantages.gdpo(rewards, GROUP_SIZE, eps=EPS)
+    for name in CREDIT_MAP_RUNS:
+        assert (tmp_path / name / "credit" / "step-00000.html").exists(), name
+        for rank, record in enumerate(ranks):
+            run = record[name]
+            assert [len(replay["prompts"]) for replay in run["replays"]] == [2], (name, rank)
+            (replay,) = run["replays"]
+            own = [tokenizer.encode(text, add_special_tokens=False) for text in COMPLETIONS]
+            own = own[rank * GROUP_SIZE : (rank + 1) * GROUP_SIZE]
+            assert all(ids[:-1] in own for ids in replay["completion_ids"]), (name, rank)
+            reference, _ = naive_replay_distances(
+                model, tokenizer, replay["prompts"], replay["completion_ids"], replay["infos"]
+            )
+            assert reference.max() > 1e-3  # far above the tolerance
+            torch.testing.assert_close(replay["distance"], reference, rtol=0, atol=1e-5)
+            response = gdpo[rank * GROUP_SIZE : (rank + 1) * GROUP_SIZE]
+            if name.startswith("gdpo"):
+                torch.testing.assert_close(run["advantages"], response, rtol=0, atol=1e-6)
+            else:
+                expected = response[:, None] * run["completion_mask"]
+                torch.testing.assert_close(run["advantages"], expected, rtol=0, atol=1e-6)
+
+
+def toy_scores(text: str, word: str) -> list[float]:
+    """The toy verifiers' scores of a completion of the prompt about `word` (NaN: no score)."""
+    example = {"prompt": [{"role": "user", "content": word}], "letter": word[0]}
+    scores = [verifier.verify(text, example).score for verifier in toy_verifiers()]
+    return [float("nan") if score is None else score for score in scores]
 
 
 # ----------------------------------------------------------------------------- setups

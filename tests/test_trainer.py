@@ -17,6 +17,7 @@ from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+import mrtpo.relevance
 from mrtpo import advantages, tasks
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import ESTIMATORS, MRTPOConfig, MRTPOTrainer, _top_share_sums
@@ -662,40 +663,84 @@ def test_two_steps_on_each_bundled_task(tmp_path, task_name, estimator, monkeypa
         assert trainer.replayed_rows > 0
 
 
-def test_peft_adapter_is_trained_and_active_in_replay(tmp_path):
+def _recording_replays(monkeypatch) -> list[dict]:
+    """Every call of `mrtpo.relevance.replay_distances` the trainer makes: its inputs, options,
+    result, and the parameters of the model it got (the policy at that step)."""
+    calls: list[dict] = []
+    real = mrtpo.relevance.replay_distances
+
+    def recording(model, tokenizer, prompts, completion_ids, infos, **options):
+        distance, mask = real(model, tokenizer, prompts, completion_ids, infos, **options)
+        calls.append(
+            {
+                "state": {name: t.detach().clone() for name, t in model.state_dict().items()},
+                "inputs": (list(prompts), [list(ids) for ids in completion_ids], infos),
+                "options": options,
+                "distance": distance.detach().float().clone(),
+            }
+        )
+        return distance, mask
+
+    monkeypatch.setattr(mrtpo.relevance, "replay_distances", recording)
+    return calls
+
+
+def test_peft_replay_runs_the_adapted_policy(tmp_path, monkeypatch):
     # peft is optional (not a project dependency): this runs where it is installed, e.g.
     # PYTHONPATH=<dir with peft> .venv/bin/pytest tests/test_trainer.py -k peft
     peft = pytest.importorskip("peft")
-    seen_models = []
+    from mrtpo.relevance import naive_replay_distances
 
-    class Watching(RecordingMRTPO):
-        def _replay(self, scored, completion_width, rows, wanted=None):
-            model = self.accelerator.unwrap_model(self.model)
-            # The model the replay calls: the PEFT model, its LoRA layers switched on.
-            lora_on = [not m.disable_adapters for m in model.modules() if hasattr(m, "lora_A")]
-            seen_models.append((isinstance(model, peft.PeftModel), bool(lora_on) and all(lora_on)))
-            return super()._replay(scored, completion_width, rows, wanted)
-
+    calls = _recording_replays(monkeypatch)
+    # Random A and B (not PEFT's no-op B = 0): the adapted policy differs from the base model
+    # from the first step on, so a replay of the base model shows.
+    lora = peft.LoraConfig(
+        r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM", init_lora_weights=False
+    )
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(
         output_dir=str(tmp_path), **{**COMMON, "learning_rate": 1e-2}, mrtpo_warmup_steps=0
     )
-    trainer = Watching(
+    trainer = MRTPOTrainer(
         model=model,
         reward_funcs=toy_verifiers(),
         args=args,
         train_dataset=toy_dataset(),
         processing_class=tokenizer,
-        peft_config=peft.LoraConfig(
-            r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
-        ),
+        peft_config=lora,
     )
-    lora_b = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
-    assert seen_models == [(True, True), (True, True)]
-    trained = dict(trainer.model.named_parameters())
-    assert lora_b and all(not torch.equal(lora_b[n], trained[n]) for n in lora_b)
-    assert all(seen["advantages"].dim() == 2 for seen in trainer.seen)
+    assert len(calls) == 2, "one replay per step"
+    lora_names = [name for name in calls[0]["state"] if "lora_B" in name]
+    assert lora_names and all(
+        not torch.equal(calls[0]["state"][n], calls[1]["state"][n]) for n in lora_names
+    ), "the adapter was not trained between the two replays"
+    base, _ = tiny_model_and_tokenizer(seed=0)  # what a replay with adapters off would run
+    for call in calls:
+        # The step's policy rebuilt from the replayed model's parameters, LoRA merged in.
+        adapted = peft.get_peft_model(tiny_model_and_tokenizer(seed=0)[0], lora)
+        adapted.load_state_dict(call["state"])
+        merged = adapted.merge_and_unload()
+        options = call["options"]
+        assert (options["temperature"], options["lm_head_fp32"]) == (1.0, False)  # naive's
+        rendering = {
+            key: options[key] for key in ("mode", "chat_template_kwargs", "tools", "chat_template")
+        }
+        expected, _ = naive_replay_distances(merged, tokenizer, *call["inputs"], **rendering)
+        adapters_off, _ = naive_replay_distances(base, tokenizer, *call["inputs"], **rendering)
+        # Only the wanted (row, reward) pairs were replayed; the others are 0 by contract.
+        wanted = options["wanted"].unsqueeze(-1).expand_as(expected)
+        assert wanted.any()
+        actual = call["distance"]
+        torch.testing.assert_close(
+            actual[wanted],
+            expected[wanted],
+            rtol=0,
+            atol=1e-5,
+            msg=lambda m: f"the replay did not run the adapted policy (LoRA merged): {m}",
+        )
+        assert actual[~wanted].abs().max() == 0
+        assert (actual[wanted] - adapters_off[wanted]).abs().max() > 5e-4
 
 
 # ---------------------------------------------------------------------- resume
@@ -830,9 +875,18 @@ def test_top_share_by_hand():
 # ---------------------------------------------------------------------- several processes
 
 
+def _fit(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad with zeros or cut the last dimension to `width`."""
+    if x.shape[-1] >= width:
+        return x[..., :width]
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("weighting", ["static", "saw"])
-def test_two_processes_agree_with_one(tmp_path, weighting):
+def test_two_processes_agree_with_a_naive_replay_of_the_whole_batch(tmp_path, weighting):
+    from mrtpo.relevance import naive_replay_distances
+
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [
         str(Path(sys.executable).with_name("accelerate")),
@@ -856,38 +910,83 @@ def test_two_processes_agree_with_one(tmp_path, weighting):
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert all(rank["num_processes"] == 2 for rank in ranks)
-    records = [rank["records"] for rank in ranks]
-    assert len(records[0]) == len(records[1]) == 2  # two steps, one generation each
+    assert len(ranks[0]["generations"]) == len(ranks[1]["generations"]) == 2  # one per step
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    verifiers = toy_verifiers()
+    replayed_rows = 0
     for step in range(2):
-        zero, one = records[0][step], records[1][step]
-        # Both processes hold the same gathered rewards; each replayed its own 4 of the 8 rows.
-        assert torch.equal(zero["rewards"], one["rewards"])
-        assert zero["local"] == (0, 4) and one["local"] == (4, 8)
-        # The same reward weights on both: SAW's from the gathered rewards, or TRL's ones.
-        assert torch.equal(zero["reward_weights"], one["reward_weights"])
-        if weighting == "saw":
-            expected = advantages.saw_weights(zero["rewards"])
-        else:
-            expected = torch.ones(3)
-        torch.testing.assert_close(zero["reward_weights"], expected, rtol=0, atol=0)
-        weights = zero["reward_weights"]
-        # One group of 8 spans both processes: the per-token advantages each process computed
-        # equal a single computation over the whole batch with every row's distances.
-        width = max(zero["distance"].shape[-1], one["distance"].shape[-1])
-
-        def pad(x, width=width):
-            return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
-
-        distance = torch.cat([pad(zero["distance"]), pad(one["distance"])])
-        mask = torch.cat([pad(zero["mask"]), pad(one["mask"])])
-        together = advantages.mrtpo(zero["rewards"], 8, distance, mask, zero["beta"], weights)
-        split = torch.cat([pad(zero["advantages"]), pad(one["advantages"])])
-        torch.testing.assert_close(split, together, rtol=1e-5, atol=1e-6)
-        # Their token means are the group's GDPO advantages, agreed across processes.
+        both = [rank["generations"][step] for rank in ranks]
+        assert all(torch.equal(t, both[1]["state"][n]) for n, t in both[0]["state"].items())
+        model.load_state_dict(both[0]["state"])  # the policy both processes replayed with
+        # The whole batch, process 0's rows first, scored again here by the toy verifiers.
+        rows = [
+            (example, ids[mask.bool()].tolist())
+            for generation in both
+            for example, ids, mask in zip(
+                generation["inputs"],
+                generation["completion_ids"],
+                generation["completion_mask"],
+                strict=True,
+            )
+        ]
+        verdicts = [
+            [v.verify(tokenizer.decode(ids, skip_special_tokens=True), example) for v in verifiers]
+            for example, ids in rows
+        ]
+        rewards = torch.tensor(
+            [[float("nan") if v.score is None else v.score for v in row] for row in verdicts]
+        )
+        for generation in both:  # TRL gathered them, in process order, on each process
+            torch.testing.assert_close(generation["rewards"], rewards, equal_nan=True)
+        # One process, the whole batch, every context from scratch: the reference replay.
+        distance, mask = naive_replay_distances(
+            model,
+            tokenizer,
+            [example["prompt"] for example, _ in rows],
+            [ids for _, ids in rows],
+            [[verdict.info for verdict in row] for row in verdicts],
+            mode=ranks[0]["replay_mode"],
+        )
+        width = mask.shape[1]
+        weights = advantages.saw_weights(rewards) if weighting == "saw" else torch.ones(3)
+        # One group of 8 spans both processes: each process's per-token advantages are the rows
+        # of one computation over the whole batch with the naive distances (pairs a process did
+        # not replay have Ã_k = 0: their distances cannot matter).
+        together = advantages.mrtpo(rewards, 8, distance, mask, 0.5, weights)
+        split = torch.cat([_fit(generation["advantages"], width) for generation in both])
+        torch.testing.assert_close(
+            split,
+            together,
+            rtol=1e-5,
+            atol=1e-6,
+            msg=lambda m, step=step: (
+                f"step {step}: the processes' advantages are not those of "
+                f"a naive replay of the whole batch: {m}"
+            ),
+        )
+        assert (together.amax(-1) - together.amin(-1)).max() > 1e-3  # credit moved: not GDPO
         token_mean = (split * mask).sum(-1) / mask.sum(-1)
         torch.testing.assert_close(
-            token_mean, advantages.gdpo(zero["rewards"], 8, weights), rtol=1e-5, atol=1e-5
+            token_mean, advantages.gdpo(rewards, 8, weights), rtol=1e-5, atol=1e-5
         )
+        # Each process replayed only its own rows; their distances are naive's where wanted.
+        for rank, generation in enumerate(both):
+            own = range(4 * rank, 4 * rank + 4)
+            for replay in generation["replays"]:
+                for i, (prompt, ids) in enumerate(
+                    zip(replay["prompts"], replay["completion_ids"], strict=True)
+                ):
+                    row = next(j for j in own if rows[j][1] == ids)
+                    assert rows[row][0]["prompt"] == prompt
+                    wanted = replay["wanted"][i]
+                    torch.testing.assert_close(
+                        _fit(replay["distance"][i], len(ids))[wanted],
+                        distance[row, :, : len(ids)][wanted],
+                        rtol=0,
+                        atol=1e-5,
+                    )
+                    replayed_rows += 1
+    assert replayed_rows > 0
 
 
 # ---------------------------------------------------------------------- prompts refused up front

@@ -160,21 +160,132 @@ def test_vespo_weights_are_per_response_by_its_advantage():
     torch.testing.assert_close(weights, expected)
 
 
+def _loss_by_hand(trainer, inputs, per_token_logps, sign_by) -> torch.Tensor:
+    """TRL 1.16's `_compute_loss` for one micro-batch, by hand (no KL term, no entropy terms, no
+    vLLM, one process, one micro-batch per generation batch).
+
+    With r_t = exp(logp_t - old_t), A_t the (B, T) advantages, m_t the trained tokens and s the
+    advantage whose sign decides (sign_by "response": each response's token mean of A_t over m,
+    (B, 1); "token": A_t itself):
+    - loss terms: dapo -min(r A, clip(r, 1 - eps, 1 + eps) A); vespo -phi(w) A logp, with the
+      sequence ratio w = exp(sum_t m (logp - old)) and phi(w) = exp(l + k log w - l w), (k, l)
+      TRL's positive pair where s >= 0, its negative pair elsewhere; sapo
+      -sigmoid(tau (r - 1)) 4 / tau A, tau TRL's positive temperature where s > 0.
+    - off-policy mask: a term is kept where s >= 0 or its response's mean over m of
+      (old - logp) is at most the threshold.
+    - aggregation: dapo and vespo sum(terms m) / sum(m) (the generation batch's tokens: this
+      micro-batch's); sapo the mean over responses of sum_t(terms m) / sum_t(m).
+    """
+    args = trainer.args
+    mask = inputs["completion_mask"].float()
+    per_token = inputs["advantages"]
+    old = inputs.get("old_per_token_logps", per_token_logps)
+    response = (per_token * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+    sign = response if sign_by == "response" else per_token
+    ratio = torch.exp(per_token_logps - old)
+    if args.loss_type == "dapo":
+        clipped = ratio.clamp(1 - args.epsilon, 1 + args.epsilon)
+        terms = -torch.min(ratio * per_token, clipped * per_token)
+    elif args.loss_type == "vespo":
+        log_w = ((per_token_logps - old) * mask).sum(-1, keepdim=True)
+        k = torch.where(sign >= 0, args.vespo_k_pos, args.vespo_k_neg)
+        lam = torch.where(sign >= 0, args.vespo_lambda_pos, args.vespo_lambda_neg)
+        phi = torch.exp(lam + k * log_w - lam * log_w.exp())
+        terms = -phi * per_token * per_token_logps
+    else:
+        assert args.loss_type == "sapo"
+        tau = torch.where(sign > 0, args.sapo_temperature_pos, args.sapo_temperature_neg)
+        terms = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * per_token
+    if args.off_policy_mask_threshold is not None:
+        kl = ((old - per_token_logps) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+        terms = terms * ((sign >= 0) | (kl <= args.off_policy_mask_threshold)).float()
+    if args.loss_type == "sapo":
+        return ((terms * mask).sum(-1) / mask.sum(-1)).mean()
+    return (terms * mask).sum() / mask.sum()
+
+
+class LossByHand(MRTPOTrainer):
+    """Keeps, for every micro-batch, TRL's loss and the loss by hand with each sign choice."""
+
+    def __init__(self, *args, **kwargs):
+        self.losses: list[dict[str, torch.Tensor]] = []
+        super().__init__(*args, **kwargs)
+
+    def _compute_loss(self, model, inputs):
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, inputs["completion_ids"].shape[1]
+            )[0]
+        loss = super()._compute_loss(model, inputs)
+        self.losses.append(
+            {
+                "trl": loss.detach(),
+                "response": _loss_by_hand(self, inputs, logps, "response"),
+                "token": _loss_by_hand(self, inputs, logps, "token"),
+            }
+        )
+        return loss
+
+
+def _staggered_replay(monkeypatch) -> None:
+    """The replay, replaced: reward k's distance is 1 on every K-th response token from token
+    k, 0 elsewhere. At beta 1 each token then carries one reward's advantage (times K), so a
+    response whose rewards disagree in sign has tokens of both signs."""
+
+    def staggered(model, tokenizer, prompts, completion_ids, infos, wanted=None, **options):
+        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        positions, rewards = torch.arange(int(lengths.max())), torch.arange(len(infos[0]))
+        mask = (positions < lengths[:, None]).float()
+        distance = (positions % len(rewards) == rewards[:, None]).float() * mask[:, None]
+        if wanted is not None:
+            distance = distance * wanted[..., None]
+        return distance, mask
+
+    monkeypatch.setattr(mrtpo.relevance, "replay_distances", staggered)
+
+
 @pytest.mark.parametrize(
-    "options",
+    "options, sign_by",
     [
-        {"off_policy_mask_threshold": 0.1},
-        {"loss_type": "vespo"},
-        {"loss_type": "sapo"},
-        {"loss_type": "vespo", "off_policy_mask_threshold": 0.1, "num_iterations": 2},
+        # Threshold 0: on the second iteration (the policy has moved) the mask drops a
+        # negative response whose probability fell, whatever the signs of its tokens.
+        ({"off_policy_mask_threshold": 0.0}, "response"),
+        ({"loss_type": "vespo"}, "response"),
+        ({"loss_type": "vespo", "off_policy_mask_threshold": 0.0}, "response"),
+        ({"loss_type": "sapo"}, "token"),  # token-level: each token's own A_t (see the trainer)
     ],
 )
-def test_sign_based_options_train_with_per_token_advantages(tmp_path, options):
-    trainer = _train(tmp_path, mrtpo_beta=1.0, **options)
-    assert trainer.state.global_step == 2
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    assert losses and all(torch.isfinite(torch.tensor(losses)))
-    assert all(step["output"]["advantages"].dim() == 2 for step in trainer.steps)
+def test_sign_based_options_take_each_responses_advantage(tmp_path, monkeypatch, options, sign_by):
+    _staggered_replay(monkeypatch)
+    # Two iterations of one generation batch: the second runs off-policy (ratios not 1), where
+    # the sign-based choices change the loss. A large step moves the policy clearly.
+    trainer = _train(
+        tmp_path,
+        LossByHand,
+        mrtpo_beta=1.0,
+        num_iterations=2,
+        learning_rate=1e-2,
+        **options,
+    )
+    assert trainer.state.global_step == 2 and len(trainer.losses) == 2
+    other = "token" if sign_by == "response" else "response"
+    for step, losses in enumerate(trainer.losses):
+        context = (
+            f"micro-batch {step}: TRL's loss is not the loss with signs by {sign_by} "
+            f"(with signs by {other} it would be {losses[other].item():.6g})"
+        )
+        torch.testing.assert_close(
+            losses["trl"],
+            losses[sign_by],
+            rtol=1e-5,
+            atol=1e-7,
+            msg=lambda m, context=context: f"{context}: {m}",
+        )
+    # The signs of single tokens and of their responses differ where it matters: the check
+    # tells the two choices apart.
+    assert max((ls["response"] - ls["token"]).abs().item() for ls in trainer.losses) > 1e-3
 
 
 # ---------------------------------------------------------------------- beta 0

@@ -4,8 +4,9 @@ Run by `tests/test_trainer.py` as
 `accelerate launch --multi_gpu --num_processes 2 tests/trainer_toys.py OUT_DIR WEIGHTING` (CPU:
 the config has `use_cpu=True`, so the two processes talk over gloo): each process trains
 two MRTPO steps on the tiny model with `reward_weighting=WEIGHTING` and saves, per generation
-batch, the gathered rewards, the reward weights, its own rows' replay distances and mask, and
-the per-token advantages it computed (`OUT_DIR/rank{r}.pt`).
+batch, what TRL's hooks and the replay's entry point see: its input rows, the policy's
+parameters, the gathered rewards, each call of `mrtpo.relevance.replay_distances` (inputs and
+distances) and the batch's completions and per-token advantages (`OUT_DIR/rank{r}.pt`).
 """
 
 from __future__ import annotations
@@ -102,30 +103,48 @@ def toy_trainer(trainer_class: type, model: Any, tokenizer: Any, args: Any, **kw
 def main(out_dir: str, weighting: str) -> None:
     import torch
 
+    import mrtpo.relevance
     from mrtpo.testing import tiny_model_and_tokenizer
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
-    class Recording(MRTPOTrainer):
-        records: list[dict[str, Any]] = []
+    generations: list[dict[str, Any]] = []
+    real = mrtpo.relevance.replay_distances
 
-        def _token_advantages(self, scored, step, group_size, width):
-            token = super()._token_advantages(scored, step, group_size, width)
-            # every local row; zero distance where the replay was skipped (exact)
-            distance = torch.zeros(len(scored.prompts), len(self.reward_funcs), width)
-            distance[token.replay.rows] = token.replay.distance.cpu()
-            self.records.append(
+    def recording(model, tokenizer, prompts, completion_ids, infos, **options):
+        distance, mask = real(model, tokenizer, prompts, completion_ids, infos, **options)
+        generations[-1]["replays"].append(
+            {
+                "prompts": list(prompts),
+                "completion_ids": [list(ids) for ids in completion_ids],
+                "wanted": options["wanted"].cpu(),
+                "distance": distance.float().cpu(),
+            }
+        )
+        return distance, mask
+
+    mrtpo.relevance.replay_distances = recording  # the trainer imports it when it replays
+
+    class Recording(MRTPOTrainer):
+        """Keeps what TRL's hooks see of each generation batch (nothing of the trainer's own)."""
+
+        def _generate_and_score_completions(self, inputs):
+            policy = self.accelerator.unwrap_model(self.model)
+            generations.append(
                 {
-                    "rewards": scored.rewards.cpu(),
-                    "reward_weights": step.reward_weights.cpu(),
-                    "distance": distance,
-                    "mask": scored.response_mask(width),
-                    "replayed": token.replay.rows,
-                    "advantages": token.advantages.cpu(),
-                    "beta": token.beta,
-                    "local": (scored.local.start, scored.local.stop),
+                    "inputs": [dict(row) for row in inputs],
+                    "state": {name: t.detach().clone() for name, t in policy.state_dict().items()},
+                    "replays": [],
                 }
             )
-            return token
+            output = super()._generate_and_score_completions(inputs)
+            for key in ("completion_ids", "completion_mask", "advantages"):
+                generations[-1][key] = output[key].cpu()
+            return output
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            generations[-1]["rewards"] = rewards.cpu()  # gathered over the processes
+            return rewards
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(
@@ -136,19 +155,18 @@ def main(out_dir: str, weighting: str) -> None:
         max_steps=2,
         mrtpo_warmup_steps=0,
         mrtpo_beta=0.5,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
         reward_weighting=weighting,
+        **CPU_RUN,
     )
     trainer = toy_trainer(Recording, model, tokenizer, args)
     trainer.train()
     rank = trainer.accelerator.process_index
     torch.save(
-        {"records": Recording.records, "num_processes": trainer.accelerator.num_processes},
+        {
+            "generations": generations,
+            "num_processes": trainer.accelerator.num_processes,
+            "replay_mode": args.replay_mode,
+        },
         Path(out_dir) / f"rank{rank}.pt",
     )
 
