@@ -75,7 +75,9 @@ def prompt_groups(prompt_ids: Tensor, prompt_mask: Tensor) -> list[int]:
     same_mask = (mask[1:] == mask[:-1]).all(dim=1)
     same_ids = ((prompt_ids[1:] == prompt_ids[:-1]) | ~mask[1:]).all(dim=1)
     starts = [0, *(torch.nonzero(~(same_mask & same_ids)).flatten() + 1).tolist()]
-    return [end - start for start, end in zip(starts, [*starts[1:], prompt_ids.size(0)])]
+    return [
+        end - start for start, end in zip(starts, [*starts[1:], prompt_ids.size(0)], strict=True)
+    ]
 
 
 # ------------------------------------------------------------------ model support
