@@ -30,6 +30,7 @@ from mrtpo.shared_prompt import (
     ATTENTION_NAME,
     check_supported,
     generate_with_shared_prefill,
+    install_shared_prefill,
     install_shared_prompt_attention,
     prompt_groups,
     shared_prompt_logps,
@@ -357,33 +358,70 @@ def test_shuffle_groups():
         shuffle_groups(batch, 5)
 
 
-def test_generation_prefill_once_per_group():
-    """Same samples as plain `generate` on the G copies for a fixed seed, same first logits;
-    the shared path's first generate step computes one token per row."""
-    model = _model(fused=True).eval()
-    model.generation_config.pad_token_id = PAD
-    prompt_ids, prompt_mask, _, _ = _batch([5, 9], [[1, 1, 1], [1, 1, 1]])
-    settings = dict(
-        do_sample=True,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
+GENERATION = dict(
+    do_sample=True,
+    max_new_tokens=6,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    output_logits=True,
+    return_dict_in_generate=True,
+)
+
+
+def _generate(generate, model, prompt_ids, prompt_mask, **settings):
+    """(output, input widths of the model's forwards) of one seeded generate call."""
     widths = []
     hook = model.get_input_embeddings().register_forward_hook(
         lambda module, args, output: widths.append(tuple(args[0].shape))
     )
     torch.manual_seed(5)
-    plain = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **settings)
-    plain_widths, widths[:] = list(widths), []
-    torch.manual_seed(5)
-    shared = generate_with_shared_prefill(model, prompt_ids, prompt_mask, **settings)
-    hook.remove()
+    try:
+        return generate(input_ids=prompt_ids, attention_mask=prompt_mask, **settings), widths
+    finally:
+        hook.remove()
+
+
+def _generation_model():
+    model = _model().eval()
+    model.generation_config.pad_token_id = PAD
+    return model
+
+
+def test_generation_prefill_once_per_group():
+    """Same samples as plain `generate` on the G copies for a fixed seed, same first logits;
+    the shared path prefills each prompt once, then the last prompt token of every row."""
+    model = _generation_model()
+    prompt_ids, prompt_mask, _, _ = _batch([5, 9], [[1, 1, 1], [1, 1, 1]])
+    plain, plain_widths = _generate(model.generate, model, prompt_ids, prompt_mask, **GENERATION)
+
+    def shared_generate(**kwargs):
+        return generate_with_shared_prefill(model, **kwargs)
+
+    shared, widths = _generate(shared_generate, model, prompt_ids, prompt_mask, **GENERATION)
     assert torch.equal(shared.sequences, plain.sequences)
     assert len({tuple(row) for row in plain.sequences[:3, 9:].tolist()}) > 1  # real sampling
     torch.testing.assert_close(shared.logits[0], plain.logits[0], rtol=0, atol=1e-5)
     assert plain_widths[0] == (6, 9)
-    assert widths[:2] == [(2, 8), (6, 1)]  # one prefill per prompt, then the last prompt token
+    assert widths[:2] == [(2, 8), (6, 1)]
+
+
+def test_installed_prefill_serves_trl_style_calls_and_lora():
+    """`install_shared_prefill`: `generate(input_ids=, attention_mask=, generation_config=)`
+    on a PEFT model (as TRL calls it) goes through the shared prefill; calls that expand the
+    batch themselves do not."""
+    model = _generation_model()
+    prompt_ids, prompt_mask, _, _ = _batch([5, 9], [[1, 1, 1], [1, 1, 1]])
+    config = peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    lora = peft.get_peft_model(model, config).eval()
+    settings = dict(GENERATION, generation_config=model.generation_config)
+    plain, _ = _generate(lora.generate, model, prompt_ids, prompt_mask, **settings)
+    install_shared_prefill(lora)
+    install_shared_prefill(lora)  # once is enough; twice changes nothing
+    shared, widths = _generate(lora.generate, model, prompt_ids, prompt_mask, **settings)
+    assert widths[:2] == [(2, 8), (6, 1)]
+    assert torch.equal(shared.sequences, plain.sequences)
+    torch.testing.assert_close(shared.logits[0], plain.logits[0], rtol=0, atol=1e-5)
+    settings["num_return_sequences"] = 2
+    _, widths = _generate(lora.generate, model, prompt_ids, prompt_mask, **settings)
+    assert widths[0] == (12, 9)  # generate's own expansion: plain generate

@@ -29,11 +29,12 @@ are untouched.
 Also here, for the trainer: finding the groups (``prompt_groups``), cutting a micro-batch's
 padding (``trim_padding``), shuffling whole groups (``shuffle_groups``, so micro-batches keep
 their groups together) and generating with one prefill per prompt
-(``generate_with_shared_prefill``).
+(``generate_with_shared_prefill``, or ``install_shared_prefill`` for TRL's ``generate`` calls).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -450,19 +451,27 @@ def _is_scalar(value: Any) -> bool:
 @torch.no_grad()
 def generate_with_shared_prefill(
     model: Any, input_ids: Tensor, attention_mask: Tensor, **generate_kwargs: Any
-) -> Tensor:
+) -> Any:
     """``model.generate(input_ids, attention_mask, ...)`` with one prefill per distinct prompt.
 
     input_ids/attention_mask: (B, P), left-padded, each prompt's copies consecutive (TRL's
-    batch). Each distinct prompt's tokens but its last run once; the cache is copied to the
-    prompt's rows and ``generate`` continues from it (it computes the last prompt token for
-    every row, so sampling starts from the same (B, V) logits as plain ``generate``). Returns
-    what ``generate`` returns, e.g. (B, P + new tokens). Without shared prompts (or one-token
-    prompts), plain ``generate``. The model must be a plain (non-sliding-window) cache model.
+    batch: it puts the G copies of a prompt in the batch, not ``num_return_sequences``). Each
+    distinct prompt's tokens but its last run once; the cache is copied to the prompt's rows and
+    ``generate`` continues from it, computing the last prompt token for every row, so sampling
+    starts from the same (B, V) logits as plain ``generate``. Returns what ``generate``
+    returns, e.g. (B, P + new tokens). Plain ``generate`` when no two rows share a prompt, for
+    one-token prompts, or when ``generate`` would expand the batch itself (beams or
+    ``num_return_sequences``).
     """
+    generate = getattr(model.generate, "without_shared_prefill", model.generate)
     sizes = prompt_groups(input_ids, attention_mask)
-    if max(sizes, default=1) == 1 or input_ids.size(1) < 2:
-        return model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
+    config = generate_kwargs.get("generation_config") or _pretrained(model).generation_config
+    expands = any(
+        (generate_kwargs.get(name) or getattr(config, name, None) or 1) > 1
+        for name in ("num_beams", "num_return_sequences")
+    )
+    if max(sizes, default=1) == 1 or input_ids.size(1) < 2 or expands:
+        return generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
     sizes_t = torch.tensor(sizes, device=input_ids.device)
     first_rows = torch.cumsum(sizes_t, 0) - sizes_t
     prefix_mask = attention_mask[first_rows, :-1]
@@ -479,6 +488,34 @@ def generate_with_shared_prefill(
     groups = torch.arange(len(sizes), device=input_ids.device)
     cache.batch_select_indices(torch.repeat_interleave(groups, sizes_t))
     keyword = cache_keyword(_pretrained(model))
-    return model.generate(
+    return generate(
         input_ids=input_ids, attention_mask=attention_mask, **{keyword: cache}, **generate_kwargs
     )
+
+
+def install_shared_prefill(model: torch.nn.Module) -> None:
+    """Make ``generate`` on ``model`` (wrapped or not) prefill each distinct prompt once.
+
+    TRL's transformers generation path calls ``generate(input_ids=..., attention_mask=...,
+    generation_config=...)`` on the unwrapped model (PEFT's ``generate`` ends in the base
+    model's); the base model's ``generate`` is replaced, on this instance, by
+    ``generate_with_shared_prefill``. Calls that bring their own cache, or pass the prompts
+    positionally, go to the original ``generate`` unchanged.
+    """
+    base = _pretrained(model)
+    if hasattr(base.generate, "without_shared_prefill"):
+        return
+    original = base.generate
+
+    @functools.wraps(original)
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        plain = args or any(kwargs.get(name) is not None for name in _CACHE_NAMES)
+        if plain or kwargs.get("input_ids") is None or kwargs.get("attention_mask") is None:
+            return original(*args, **kwargs)
+        return generate_with_shared_prefill(base, **kwargs)
+
+    generate.without_shared_prefill = original
+    base.generate = generate
+
+
+_CACHE_NAMES = ("cache", "past_key_values")
