@@ -47,7 +47,6 @@ from mrtpo.relevance.kv_share import cache_keyword
 ATTENTION_NAME = "mrtpo_shared_prompt"
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")  # the families the exactness tests cover
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-COMPLETION_KEYS = ("completion_ids", "completion_mask")
 _IGNORE = -100  # the label that TRL's fused head does not score
 
 
