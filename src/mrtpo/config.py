@@ -74,6 +74,17 @@ class MRTPOConfig(GRPOConfig):
             "False: the paper's formula on every batch."
         },
     )
+    share_prompt: bool = field(
+        default=True,
+        metadata={
+            "help": "Compute each group's shared prompt once, in the loss's forward and backward, "
+            "the old-policy and reference log-probs (each prompt packed with its G completions; "
+            "exact) and in generation's prefill; shuffle whole groups into micro-batches and "
+            "cut each micro-batch's padding. Every estimator. Models it cannot serve (vision "
+            "inputs, sliding-window layers, not Llama/Qwen2) fall back to TRL's per-row path with "
+            "a logged reason."
+        },
+    )
     replay_mode: str = field(
         default="leave_one_out",
         metadata={

@@ -427,7 +427,10 @@ def shuffle_groups(
     batch_size = len(next(v for v in batch.values() if v is not None and not _is_scalar(v)))
     if group_size < 1 or batch_size % group_size:
         raise ValueError(f"group_size={group_size} must divide the batch size {batch_size}")
-    order = torch.randperm(batch_size // group_size, generator=generator)
+    # TRL's draw (a permutation of the rows), so the random stream after the shuffle is the
+    # same as TRL's; the groups go in the order their rows first appear in it (uniform too).
+    rows = torch.randperm(batch_size, generator=generator)
+    order = torch.tensor(list(dict.fromkeys((rows // group_size).tolist())), dtype=torch.long)
     permutation = (order[:, None] * group_size + torch.arange(group_size)).flatten()
 
     def permute(value: Any) -> Any:
