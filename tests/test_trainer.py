@@ -299,7 +299,9 @@ def test_mrtpo_two_steps_gives_per_token_advantages(tmp_path):
     "estimator, aggregation", [("gdpo", "normalize_then_sum"), ("grpo", "sum_then_normalize")]
 )
 def test_baseline_advantages_equal_trl(tmp_path, estimator, aggregation):
-    ours = train_mrtpo(tmp_path / "ours", advantage_estimator=estimator)
+    # Row by row, bitwise: TRL's own path (share_prompt reorders rows by whole groups and packs
+    # prompts; that it trains the same is tests/test_trainer_shared_prompt.py's).
+    ours = train_mrtpo(tmp_path / "ours", advantage_estimator=estimator, share_prompt=False)
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     trl_args = GRPOConfig(
         output_dir=str(tmp_path / "trl"),
@@ -464,9 +466,16 @@ class StepBetaRecorder(RecordingMRTPO):
 
 
 def row_keys(batch: dict) -> list[tuple]:
+    """(prompt ids, completion ids) of each row without padding (micro-batches cut theirs)."""
     return [
-        (tuple(prompt.tolist()), tuple(completion.tolist()))
-        for prompt, completion in zip(batch["prompt_ids"], batch["completion_ids"], strict=True)
+        (tuple(prompt[prompt_mask.bool()].tolist()), tuple(completion[mask.bool()].tolist()))
+        for prompt, prompt_mask, completion, mask in zip(
+            batch["prompt_ids"],
+            batch["prompt_mask"],
+            batch["completion_ids"],
+            batch["completion_mask"],
+            strict=True,
+        )
     ]
 
 
