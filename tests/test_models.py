@@ -11,7 +11,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from mrtpo import models
-from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.testing import tiny_model_and_tokenizer, tiny_qwen2_model
 
 
 def test_local_folder_loads_same_weights(tiny_model_dir):
@@ -115,3 +115,32 @@ def test_embedded_model_converts_generates_and_reloads(tmp_path, monkeypatch):
     reloaded, _ = models.load_model(models.DEFAULT_MODEL)
     with torch.no_grad():
         assert torch.equal(model(**inputs).logits, reloaded(**inputs).logits)
+
+
+def test_embedded_names_resolve_to_their_converted_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    for name in models.EMBEDDED_MODELS:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"")
+        assert models.resolve_model_path(name) == str(tmp_path / name)
+
+
+def test_plain_model_ties_only_an_output_matrix_equal_to_the_embedding():
+    """Qwen2.5-Coder's GGUF holds its output matrix apart (Q8_0, the embedding Q5_0): kept
+    apart; an equal one is tied."""
+    gguf_like = tiny_qwen2_model(64, seed=1)
+    ids = torch.tensor([[3, 9, 27, 40]])
+    with torch.no_grad():
+        expected = gguf_like(ids).logits
+        untied = models.plain_model(gguf_like)
+        assert untied.config.tie_word_embeddings is False
+        assert untied.lm_head.weight.data_ptr() != untied.model.embed_tokens.weight.data_ptr()
+        assert torch.equal(untied(ids).logits, expected)
+
+        gguf_like.lm_head.weight.copy_(gguf_like.model.embed_tokens.weight)
+        expected = gguf_like(ids).logits
+        tied = models.plain_model(gguf_like)
+    assert tied.config.tie_word_embeddings is True
+    assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        assert torch.equal(tied(ids).logits, expected)

@@ -88,7 +88,6 @@ QWEN25_CODER_05B = EmbeddedModel(
 EMBEDDED_MODELS = {model.name: model for model in (SMOLLM2, QWEN25_CODER_05B)}
 
 DEFAULT_MODEL = SMOLLM2.name
-INSTALL_HINT = SMOLLM2.install_hint
 
 WEIGHT_FILES = (
     "model.safetensors",
