@@ -19,7 +19,6 @@ import pytest
 import torch
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers import models as bpe_models
-from transformers import AutoTokenizer
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 from trl import GRPOTrainer
 
@@ -101,15 +100,9 @@ def task_rows():
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """The embedded model's tokenizer (SmolLM2-135M-Instruct's): from the converted model's
-    cache when it is there (fast), else read from the GGUF file."""
-    converted = models.cache_root() / models.DEFAULT_MODEL
-    if (converted / "tokenizer.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(converted)
-    else:
-        gguf = models.embedded_gguf_path()
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    return models.prepare_tokenizer(tokenizer, default_template=models.SMOLLM2_CHAT_TEMPLATE)
+    """The default embedded model's tokenizer (SmolLM2-135M-Instruct's): from the converted
+    model's cache when it is there, else read from the GGUF file once and kept."""
+    return models.embedded_tokenizer(models.DEFAULT_MODEL)
 
 
 @pytest.fixture(scope="module")
