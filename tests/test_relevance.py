@@ -17,6 +17,7 @@ from mrtpo.relevance import (
     naive_replay_distances,
     replay_distances,
 )
+from mrtpo.testing import tiny_qwen2_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -443,21 +444,8 @@ def test_bad_input_raises_naming_the_argument(tiny):
 
 def test_qwen2_model_matches_naive_reference(tiny, rows):
     """Another architecture (bias in q/k/v, its own cache plumbing) through the same path."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     _, tokenizer = tiny
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
+    model = tiny_qwen2_model(len(tokenizer), seed=0, hidden_size=64)
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)  # peaked distributions: distances far from 0
     prompts, completions, infos = rows

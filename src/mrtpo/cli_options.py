@@ -37,7 +37,8 @@ class TaskArguments(DataArguments):
     model_name_or_path: str = field(
         default=DEFAULT_MODEL,
         metadata={
-            "help": "The embedded model's name, a local model folder (e.g. from `mrtpo sft` or "
+            "help": "An embedded model's name (smollm2-135m-instruct, the default, or "
+            "qwen2.5-coder-0.5b-instruct), a local model folder (e.g. from `mrtpo sft` or "
             "`mrtpo train`), or a hub id."
         },
     )

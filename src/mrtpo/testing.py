@@ -2,7 +2,7 @@
 
 Nothing is downloaded: the tokenizer is a byte-level BPE trained on a few lines of text that
 look like what the tasks produce (SQL, JSON tool calls, prose), with SmolLM2's ChatML chat
-template; the model is a small Llama with random weights from a fixed seed.
+template; the model is a small Llama (or Qwen2) with random weights from a fixed seed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -86,6 +92,25 @@ def tiny_model(
     model = LlamaForCausalLM(config)
     model.eval()
     return model
+
+
+def tiny_qwen2_model(
+    vocab_size: int, seed: int = 0, hidden_size: int = 32, num_layers: int = 2
+) -> Qwen2ForCausalLM:
+    """A small Qwen2 (bias in q/k/v, grouped keys/values, output matrix apart from the
+    embedding) with seeded random weights: e.g. over Qwen2.5's 151,936-token vocabulary."""
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).eval()
 
 
 def tiny_model_and_tokenizer(seed: int = 0) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:

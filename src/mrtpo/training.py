@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mrtpo.models import DEFAULT_MODEL
+from mrtpo.models import EMBEDDED_MODELS
 
 # Sized for the embedded model on 2 CPU cores: ~10 minutes for the tool-calling task. One
 # generation of 2 prompts x 4 completions (96 new tokens) per optimizer step, trained in 2
@@ -166,7 +166,7 @@ def run_training(
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     verifiers = task_object.verifiers()
     check_reward_weights(verifiers, config.reward_weights)
-    if model_name_or_path != DEFAULT_MODEL:
+    if model_name_or_path not in EMBEDDED_MODELS:  # converted by load_model below
         resolve_model_path(model_name_or_path)
     dataset = load_train_dataset(task_object, split, data, max_train_examples)
     checkpoint = resume_path(config)
