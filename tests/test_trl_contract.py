@@ -140,7 +140,22 @@ CALL_SITES = [
     ("_compute_loss", "self.get_gamma_weights("),
     ("_compute_loss", "self._get_per_token_logps_and_entropies("),
     ("_compute_loss", 'advantages = inputs["advantages"]'),
+    # share_prompt: the trainer swaps this module-level name for a whole-group shuffle while
+    # TRL's `_prepare_inputs` runs, and computes every per-token log-prob through the hook.
+    ("_prepare_inputs", "generation_batch = shuffle_sequence_dict(generation_batch)"),
+    ("_generate_and_score_completions", "self._get_per_token_logps_and_entropies("),
+    # share_prompt's generation prefill: TRL's transformers path calls the model's generate
+    ("_generate_single_turn", "unwrapped_model.generate("),
 ]
+
+
+def test_shuffle_is_looked_up_in_the_trainers_module():
+    from trl.trainer import grpo_trainer
+
+    assert callable(getattr(grpo_trainer, "shuffle_sequence_dict", None)), (
+        f"{TRL}: trl.trainer.grpo_trainer no longer has shuffle_sequence_dict (share_prompt "
+        "replaces it there to shuffle whole groups)"
+    )
 
 
 @pytest.mark.parametrize("caller, call", CALL_SITES)
@@ -231,6 +246,12 @@ ATTRIBUTES = {
     "model_wrapped": (lambda t: t.model_wrapped is t.model, "the model (wrapped once prepared)"),
     "accelerator": (lambda t: t.accelerator.process_index == 0, "accelerate's Accelerator"),
     "state": (lambda t: t.state.global_step == 0, "the TrainerState, global_step 0"),
+    "ref_model": (lambda t: t.ref_model is None, "None without a reference model (beta 0)"),
+    "use_vllm": (lambda t: t.use_vllm is False, "args.use_vllm"),
+    "use_transformers_continuous_batching": (
+        lambda t: t.use_transformers_continuous_batching is False,
+        "args.use_transformers_continuous_batching",
+    ),
     "_logs": (
         lambda t: (
             isinstance(t._logs["advantages"], deque)
