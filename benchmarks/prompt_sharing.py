@@ -40,6 +40,9 @@ VARIANTS = (
     "grpo/per-row",
     "grpo/shared",
     "trl-grpo-trainer",
+    # bf16 autocast (fp32 weights, `--bf16`), the shared path: is it the faster CPU default?
+    "gdpo/shared+bf16",
+    "mrtpo/shared+bf16",
 )
 
 
@@ -54,8 +57,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    parser.add_argument("--variants", default=",".join(VARIANTS[:7]), help="comma-separated")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument(
+        "--replay-precision",
+        action="store_true",
+        help="also replay mrtpo/shared's last batch under bf16 autocast and in fp32 and compare "
+        "the distances (scripts/gpu_check.py's comparison)",
+    )
     args = parser.parse_args(argv)
     args.variants = tuple(name.strip() for name in args.variants.split(",") if name.strip())
     unknown = [name for name in args.variants if name not in VARIANTS]
@@ -106,7 +115,7 @@ def build_trainer(variant: str, args: argparse.Namespace, output_dir: str):
         max_completion_length=args.max_new_tokens,
         max_steps=args.steps + 1,
         use_cpu=not torch.cuda.is_available(),
-        bf16=False,
+        bf16=variant.endswith("+bf16"),
         report_to=[],
         save_strategy="no",
         seed=0,
@@ -116,7 +125,7 @@ def build_trainer(variant: str, args: argparse.Namespace, output_dir: str):
         config = GRPOConfig(multi_objective_aggregation="normalize_then_sum", **common)
         base = GRPOTrainer
     else:
-        estimator, path = variant.split("/")
+        estimator, path = variant.removesuffix("+bf16").split("/")
         config = MRTPOConfig(
             advantage_estimator=estimator,
             share_prompt=path == "shared",
@@ -186,13 +195,24 @@ def run(args: argparse.Namespace) -> dict:
                 measured = one_step(trainers[name], next(batches[name]), seed=1000 + step)
                 results[name].append(measured)
                 print(f"step {step} {name}: " + json.dumps(measured), file=sys.stderr, flush=True)
+        precision = None
+        if args.replay_precision and "mrtpo/shared" in trainers:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+            from gpu_check import compare_precisions
+
+            precision = compare_precisions(trainers["mrtpo/shared"])
     parts = ("seconds", "generation", "scoring_and_advantages", "replay", "loss")
     summary = {
         name: {part: statistics.median(r[part] for r in runs) for part in parts}
         | {"peak_mb": max(r["peak_mb"] for r in runs)}
         for name, runs in results.items()
     }
-    return {"args": {k: str(v) for k, v in vars(args).items()}, "runs": results, "summary": summary}
+    return {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "runs": results,
+        "summary": summary,
+        "replay_precision": precision,
+    }
 
 
 def table(result: dict) -> str:
@@ -222,10 +242,26 @@ def table(result: dict) -> str:
             "mrtpo shared / gdpo shared: "
             f"{summary['mrtpo/shared']['seconds'] / summary['gdpo/shared']['seconds']:.2f}x"
         )
+    for estimator in ("gdpo", "mrtpo"):
+        bf16, fp32 = summary.get(f"{estimator}/shared+bf16"), summary.get(f"{estimator}/shared")
+        if bf16 and fp32:
+            ratios.append(
+                f"{estimator} shared, bf16 autocast / fp32: "
+                f"{bf16['seconds'] / fp32['seconds']:.2f}x "
+                f"(loss part {bf16['loss'] / fp32['loss']:.2f}x)"
+            )
     if "trl-grpo-trainer" in summary and "gdpo/shared" in summary:
         ratios.append(
             "gdpo shared / TRL's GRPOTrainer: "
             f"{summary['gdpo/shared']['seconds'] / summary['trl-grpo-trainer']['seconds']:.2f}x"
+        )
+    precision = result.get("replay_precision")
+    if precision:
+        ratios.append(
+            "replay distances, bf16 autocast vs fp32 (mrtpo/shared's last batch): max |diff| "
+            f"{precision['max_abs_difference']:.2e}, mean {precision['mean_abs_difference']:.2e}, "
+            f"correlation {precision['correlation']:.4f}; replay {precision['bf16_replay_seconds']:.1f} "
+            f"s vs {precision['fp32_replay_seconds']:.1f} s"
         )
     return "\n".join(lines + [""] + [f"- {line}" for line in ratios])
 
