@@ -1,18 +1,38 @@
-"""The prepared GPU check: GDPO and MRTPO bf16 training steps side by side on one GPU.
+"""The prepared GPU check: the shared-prompt path against TRL's per-row path, then GDPO and
+MRTPO bf16 training steps side by side, on one GPU.
 
 What it measures, on a random-init model of realistic size (a Qwen2-style ~1.5B config built
 in code; no weights travel) with SmolLM2's tokenizer (49,152 tokens; `tokenizer.json` ships
-gzipped beside this script, 0.6 MB):
-- each estimator's optimizer-step wall time (generation, verification, replay, loss, backward,
-  optimizer; the first step is a warm-up and not counted) and the MRTPO / GDPO ratio;
+gzipped beside this script, 0.6 MB). Part `shared_prompt` (`mrtpo.shared_prompt`, issue 27):
+- exactness on a packed micro-batch (3 groups x 4 completions, prompts of 390, 254 and 118
+  tokens left-padded, completions of 26 to 53): per-token log-probs against TRL's
+  `_get_per_token_logps_and_entropies` on the rows, and parameter gradients (relative error),
+  in fp32 (no TF32; passes at 1e-4 and 1e-3) and under bf16 autocast (passes when the shared
+  path is no further from the fp32 numbers than 1.5x the per-row path's own distance; the
+  per-row path against itself with more left padding is reported for scale);
+- forward + backward seconds (bf16 autocast, gradient checkpointing: as the trainer runs) of
+  both paths at the tool task's shape (4 x 4, prompts ~390 tokens, completions 53) and a long
+  one (8 x 8, 1,500 and 256), medians of 5 and 3 passes after a warm-up, peak memory (in all
+  and above the model and gradients), and the shared / per-row ratios;
+- which of torch's SDPA kernels (flash, mem-efficient, cuDNN, math; the flags in
+  `torch.backends.cuda` are reported too) each attention runs, from torch's profiler: the
+  per-row rows, and the shared attention's two halves (the prompt part, causal without a mask;
+  the segments, with a boolean mask), with a note for each that falls back to the math kernel.
+Part `training`:
+- each run's optimizer-step wall time (generation, verification, replay, loss, backward,
+  optimizer; the first step is a warm-up and not counted): GDPO with the shared prompt (the
+  default) and without it (`share_prompt=False`), then MRTPO; the MRTPO / GDPO ratio and the
+  shared-prompt on / off ratio (the training prompts are short, about 80 tokens: the kernel
+  timings above are the long-prompt case);
 - MRTPO's replay seconds per step and the share of rows replayed;
 - each run's peak GPU memory (allocated);
 - the replay's distances under bf16 autocast (as it trains: fp32 weights, `bf16=True`) against
   float32, on the last training batch, and what the difference does to the weights.
 The three verifiers are coins (a hash of the completion) with verifier information of a
 realistic length, so almost every group has varying rewards and almost every row is replayed:
-the replay's full cost. Sized to finish in under 8 minutes on one H200 (about 3 measured
-minutes plus start-up).
+the replay's full cost. Sized to finish in under 8 minutes on one H200 (about 5 measured
+minutes plus start-up: the shared-prompt part about 1, each training run 1 to 2); `--parts`
+runs some of them. On the GPU a part that fails is reported as its error and the others run.
 
 Run it through `scripts/gpu_check.sh` (it installs the wheels in `.whl/` first), or on a CPU
 with a tiny model to check the script itself:
@@ -550,7 +570,11 @@ def shared_prompt_model(smoke: bool, device: torch.device) -> torch.nn.Module:
         model = build_model(load_tokenizer(smoke=False), smoke=False, device=device)
     add_fused_lm_head(model, temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
     install_shared_prompt_attention(model)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    recompute = {"use_reentrant": False}  # as TRL and transformers 5 default
+    if hasattr(model, "activation_checkpointing_enable"):  # its newer name (transformers 5.2x)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=recompute)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=recompute)
     model.train()
     return model
 
