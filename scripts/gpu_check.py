@@ -11,9 +11,9 @@ gzipped beside this script, 0.6 MB). Part `shared_prompt` (`mrtpo.shared_prompt`
   path is no further from the fp32 numbers than 1.5x the per-row path's own distance; the
   per-row path against itself with more left padding is reported for scale);
 - forward + backward seconds (bf16 autocast, gradient checkpointing: as the trainer runs) of
-  both paths at the tool task's shape (4 x 4, prompts ~390 tokens, completions 53) and a long
-  one (8 x 8, 1,500 and 256), medians of 5 and 3 passes after a warm-up, peak memory (in all
-  and above the model and gradients), and the shared / per-row ratios;
+  both paths at the tool task's shape (4 x 4, prompts of 351 to 390 tokens, completions up to
+  53) and a long one (8 x 8, up to 1,500 and 256), medians of 5 and 3 passes after a warm-up,
+  peak memory (in all and above the model and gradients), and the shared / per-row ratios;
 - which of torch's SDPA kernels (flash, mem-efficient, cuDNN, math; the flags in
   `torch.backends.cuda` are reported too) each attention runs, from torch's profiler: the
   per-row rows, and the shared attention's two halves (the prompt part, causal without a mask;
@@ -792,11 +792,9 @@ def kernel_notes(kernels: dict[str, Any], where: str) -> list[str]:
     for path, found in kernels.items():
         for label, counts in found["forward"].items():
             if "math" in counts:
+                what = f"the shared attention's {label} half" if path == "shared" else path
                 reason = " because of its boolean mask" if label == "segments" else ""
-                notes.append(
-                    f"{where}: the {path} attention's {label} half falls back to the math "
-                    f"kernel{reason} ({counts})"
-                )
+                notes.append(f"{where}: {what} falls back to the math kernel{reason} ({counts})")
     return notes
 
 
@@ -996,20 +994,19 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     elif shared:
         exactness = shared["exactness"]
         fp32, bf16 = exactness["fp32"], exactness["bf16"]
+        verdict = {True: "pass", False: "FAIL"}
         lines.append(
             f"shared vs per-row, fp32: max |dlogp| {fp32['logp']['max_abs']:.2e}, gradients "
-            f"rel. error {fp32['gradients']['relative_error']:.2e} "
-            f"({'pass' if fp32['passed'] else 'FAIL'}); bf16: max |dlogp| "
-            f"{bf16['logp']['max_abs']:.2e}, from fp32 shared {bf16['shared_logp_vs_fp32']['max_abs']:.2e}"
-            f" vs per-row {bf16['per_row_logp_vs_fp32']['max_abs']:.2e} "
-            f"({'pass' if bf16['passed'] else 'FAIL'})"
+            f"rel. error {fp32['gradients']['relative_error']:.2e} ({verdict[fp32['passed']]}); "
+            f"bf16: max |dlogp| {bf16['logp']['max_abs']:.2e}, from fp32: shared "
+            f"{bf16['shared_logp_vs_fp32']['max_abs']:.2e}, per-row "
+            f"{bf16['per_row_logp_vs_fp32']['max_abs']:.2e} ({verdict[bf16['passed']]})"
         )
         for name, timing in shared["timing"].items():
             peak = timing.get("activation_peak_ratio")
             memory = f", activation peak {peak:.2f}x" if peak is not None else ""
-            lines.append(
-                f"shared / per-row forward+backward, {name}: time {timing['time_ratio']:.2f}x{memory}"
-            )
+            ratio = timing["time_ratio"]
+            lines.append(f"shared / per-row forward+backward, {name}: time {ratio:.2f}x{memory}")
         lines += shared["notes"]
     if "gdpo" in report:
         lines.append(
