@@ -1,18 +1,38 @@
-"""The prepared GPU check: GDPO and MRTPO bf16 training steps side by side on one GPU.
+"""The prepared GPU check: the shared-prompt path against TRL's per-row path, then GDPO and
+MRTPO bf16 training steps side by side, on one GPU.
 
 What it measures, on a random-init model of realistic size (a Qwen2-style ~1.5B config built
 in code; no weights travel) with SmolLM2's tokenizer (49,152 tokens; `tokenizer.json` ships
-gzipped beside this script, 0.6 MB):
-- each estimator's optimizer-step wall time (generation, verification, replay, loss, backward,
-  optimizer; the first step is a warm-up and not counted) and the MRTPO / GDPO ratio;
+gzipped beside this script, 0.6 MB). Part `shared_prompt` (`mrtpo.shared_prompt`, issue 27):
+- exactness on a packed micro-batch (3 groups x 4 completions, prompts of 390, 254 and 118
+  tokens left-padded, completions of 26 to 53): per-token log-probs against TRL's
+  `_get_per_token_logps_and_entropies` on the rows, and parameter gradients (relative error),
+  in fp32 (no TF32; passes at 1e-4 and 1e-3) and under bf16 autocast (passes when the shared
+  path is no further from the fp32 numbers than 1.5x the per-row path's own distance; the
+  per-row path against itself with more left padding is reported for scale);
+- forward + backward seconds (bf16 autocast, gradient checkpointing: as the trainer runs) of
+  both paths at the tool task's shape (4 x 4, prompts of 351 to 390 tokens, completions up to
+  53) and a long one (8 x 8, up to 1,500 and 256), medians of 5 and 3 passes after a warm-up,
+  peak memory (in all and above the model and gradients), and the shared / per-row ratios;
+- which of torch's SDPA kernels (flash, mem-efficient, cuDNN, math; the flags in
+  `torch.backends.cuda` are reported too) each attention runs, from torch's profiler: the
+  per-row rows, and the shared attention's two halves (the prompt part, causal without a mask;
+  the segments, with a boolean mask), with a note for each that falls back to the math kernel.
+Part `training`:
+- each run's optimizer-step wall time (generation, verification, replay, loss, backward,
+  optimizer; the first step is a warm-up and not counted): GDPO with the shared prompt (the
+  default) and without it (`share_prompt=False`), then MRTPO; the MRTPO / GDPO ratio and the
+  shared-prompt on / off ratio (the training prompts are short, about 80 tokens: the kernel
+  timings above are the long-prompt case);
 - MRTPO's replay seconds per step and the share of rows replayed;
 - each run's peak GPU memory (allocated);
 - the replay's distances under bf16 autocast (as it trains: fp32 weights, `bf16=True`) against
   float32, on the last training batch, and what the difference does to the weights.
 The three verifiers are coins (a hash of the completion) with verifier information of a
 realistic length, so almost every group has varying rewards and almost every row is replayed:
-the replay's full cost. Sized to finish in under 8 minutes on one H200 (about 3 measured
-minutes plus start-up).
+the replay's full cost. Sized to finish in under 8 minutes on one H200 (about 5 measured
+minutes plus start-up: the shared-prompt part about 1, each training run 1 to 2); `--parts`
+runs some of them. On the GPU a part that fails is reported as its error and the others run.
 
 Run it through `scripts/gpu_check.sh` (it installs the wheels in `.whl/` first), or on a CPU
 with a tiny model to check the script itself:
@@ -39,6 +59,7 @@ import-time stand-in (``install_stand_ins``), and the check says which.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import importlib
 import importlib.abc
@@ -49,8 +70,10 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 import types
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +82,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 TOKENIZER_FILE = HERE / "gpu_check_tokenizer.json.gz"  # SmolLM2-135M-Instruct's, from its GGUF
 STAND_IN_CANDIDATES = ("datasets", "pyarrow", "pandas", "matplotlib")
+PARTS = ("shared_prompt", "training")
 
 # A Qwen2.5-1.5B-shaped model with SmolLM2's vocabulary (tied embeddings): about 1.4B parameters.
 REALISTIC = dict(
@@ -265,6 +289,10 @@ def prompt_rows(count: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------- runs
 
 
+# (name, estimator, share_prompt), in the order they run; MRTPO last (its trainer is compared)
+RUNS = (("gdpo", "gdpo", True), ("gdpo_per_row", "gdpo", False), ("mrtpo", "mrtpo", True))
+
+
 def make_step_clock() -> Any:
     """A callback keeping each optimizer step's wall time (device synchronized)."""
     from transformers import TrainerCallback
@@ -287,9 +315,11 @@ def make_step_clock() -> Any:
     return StepClock()
 
 
-def train(estimator: str, options: argparse.Namespace, output_dir: str) -> dict[str, Any]:
-    """`options.warmup + options.steps` training steps of one estimator; its measurements, the
-    trainer (for the distance comparison) under "trainer"."""
+def train(
+    estimator: str, options: argparse.Namespace, output_dir: str, share_prompt: bool = True
+) -> dict[str, Any]:
+    """`options.warmup + options.steps` training steps of one estimator, with or without the
+    shared prompt; its measurements, the trainer (for the distance comparison) under "trainer"."""
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -305,6 +335,7 @@ def train(estimator: str, options: argparse.Namespace, output_dir: str) -> dict[
         num_generations=options.generations,
         max_completion_length=options.max_new_tokens,
         max_steps=options.warmup + options.steps,
+        share_prompt=share_prompt,
         bf16=True,  # fp32 weights, bf16 autocast: the replay runs under it too
         use_cpu=device.type == "cpu",
         report_to=[],
@@ -328,6 +359,7 @@ def train(estimator: str, options: argparse.Namespace, output_dir: str) -> dict[
     timed = logs[options.warmup :]
     measured = clock.seconds[options.warmup :]
     result = {
+        "share_prompt": trainer._shares_prompt,  # False where it fell back (the reason logged)
         "median_step_seconds": statistics.median(measured),
         "step_seconds": [round(value, 3) for value in clock.seconds],
         "trl_step_time": statistics.median(entry["step_time"] for entry in timed),
@@ -390,6 +422,472 @@ def compare_precisions(trainer: Any) -> dict[str, float]:
     }
 
 
+# ---------------------------------------------------------------------- shared prompt
+
+# prompt_ids, prompt_mask (B, P) left-padded; completion_ids, completion_mask (B, C) right-padded
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A micro-batch of `groups` prompts x `generations` completions (TRL's padding: prompts
+    left-padded to the longest, completions right-padded to the longest)."""
+
+    name: str
+    groups: int
+    generations: int
+    prompt_length: int  # the longest prompt; the others spread over `spread` below it
+    completion_length: int  # the longest completion; the others drawn in [C / 2, C]
+    spread: float = 0.1
+    repeats: int = 5  # timed forward + backward passes (after one warm-up)
+
+
+# Exactness: prompts far apart in length (lots of left padding). Timing: the tool task's shape
+# (4 x 4, prompts ~390 tokens, completions ~53) and a long-context one.
+CHECK_SHAPE = Shape("exactness", 3, 4, 390, 53, spread=0.7)
+TIMED_SHAPES = (
+    Shape("tool_task", 4, 4, 390, 53),
+    Shape("large", 8, 8, 1500, 256, repeats=3),  # per-row: about 5 s a pass on an H200
+)
+SMOKE_CHECK_SHAPE = Shape("exactness", 3, 4, 20, 8, spread=0.7)
+SMOKE_TIMED_SHAPES = (
+    Shape("tool_task", 4, 4, 39, 6, repeats=2),
+    Shape("large", 8, 8, 150, 26, repeats=2),
+)
+TEMPERATURE = 1.0  # GRPOConfig's default
+FP32_LOGP_TOLERANCE = 1e-4
+FP32_GRADIENT_TOLERANCE = 1e-3  # relative: 28 layers of fp32 sums in another order
+BF16_NOISE_FACTOR = 1.5  # the shared path may be this much further from fp32 than per-row is
+REPADDING = 8  # extra left-pad columns: the per-row path's own bf16 noise (positions shift)
+KERNEL_MARK = "gpu_check_sdpa:"
+# torch's SDPA kernel ops (`aten::_scaled_dot_product_<kernel>...`), by what they are
+KERNELS = (
+    ("flash_attention_for_cpu", "flash (cpu)"),
+    ("flash", "flash"),
+    ("efficient", "mem_efficient"),
+    ("cudnn", "cudnn"),
+    ("math", "math"),
+    ("fused_attention_overrideable", "overrideable"),
+)
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def grouped_batch(shape: Shape, vocab_size: int, device: torch.device, seed: int = 1) -> Batch:
+    """(prompt_ids, prompt_mask, completion_ids, completion_mask) of random tokens in `shape`."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = shape.groups * shape.generations
+    step = int(shape.prompt_length * shape.spread) // max(shape.groups - 1, 1)
+    prompt_lengths = [shape.prompt_length - step * group for group in range(shape.groups)]
+    prompt_ids = torch.zeros(rows, shape.prompt_length, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    completion_ids = torch.randint(
+        3, vocab_size, (rows, shape.completion_length), generator=generator
+    )
+    lengths = torch.randint(
+        max(shape.completion_length // 2, 1),
+        shape.completion_length + 1,
+        (rows,),
+        generator=generator,
+    )
+    lengths[0] = shape.completion_length
+    completion_mask = (torch.arange(shape.completion_length) < lengths[:, None]).long()
+    completion_ids = completion_ids * completion_mask  # pad id 0 after the end
+    for group, length in enumerate(prompt_lengths):
+        prompt = torch.randint(3, vocab_size, (length,), generator=generator)
+        group_rows = slice(group * shape.generations, (group + 1) * shape.generations)
+        prompt_ids[group_rows, shape.prompt_length - length :] = prompt
+        prompt_mask[group_rows, shape.prompt_length - length :] = 1
+    return tuple(
+        tensor.to(device) for tensor in (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    )
+
+
+def per_row_logps(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """TRL's own per-row log-probs (B, C): `_get_per_token_logps_and_entropies` on the
+    concatenated rows (its profiling wrapper removed; the caller's autocast applies)."""
+    from trl import GRPOTrainer
+
+    prompt_ids, prompt_mask, completion_ids, completion_mask = batch
+    trainer = types.SimpleNamespace(
+        accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext)
+    )
+    logps, _, _ = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
+        trainer,
+        model,
+        torch.cat([prompt_ids, completion_ids], dim=1),
+        torch.cat([prompt_mask, completion_mask], dim=1),
+        completion_ids.size(1),
+    )
+    return logps
+
+
+def shared_logps(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """The trainer's shared-prompt log-probs (B, C): each group's prompt packed once."""
+    from mrtpo.shared_prompt import shared_prompt_logps
+
+    result = shared_prompt_logps(model, *batch)
+    if result.fallback is not None:
+        raise RuntimeError(f"the shared-prompt path fell back: {result.fallback}")
+    return result.logps
+
+
+PATHS = {"per_row": per_row_logps, "shared": shared_logps}
+
+
+def precision(name: str, device: torch.device) -> Any:
+    """bf16 as the trainer runs it (fp32 weights under bf16 autocast), or plain fp32."""
+    if name == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def exact_fp32_matmuls() -> Any:
+    """fp32 matmuls without TF32 (a comparison to 1e-4 needs full fp32), restored after."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def shared_prompt_model(smoke: bool, device: torch.device) -> torch.nn.Module:
+    """The check's model (the tiny Qwen2 under --smoke) as the trainer runs it: TRL's fused LM
+    head, the shared-prompt attention installed, gradient checkpointing (GRPOConfig's default)."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from mrtpo.shared_prompt import install_shared_prompt_attention
+    from mrtpo.testing import tiny_qwen2_model
+
+    if smoke:
+        model = tiny_qwen2_model(512, seed=0).to(device)
+    else:
+        model = build_model(load_tokenizer(smoke=False), smoke=False, device=device)
+    add_fused_lm_head(model, temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
+    install_shared_prompt_attention(model)
+    recompute = {"use_reentrant": False}  # as TRL and transformers 5 default
+    if hasattr(model, "activation_checkpointing_enable"):  # its newer name (transformers 5.2x)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=recompute)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=recompute)
+    model.train()
+    return model
+
+
+def logps_and_gradients(
+    model: torch.nn.Module, path: str, batch: Batch, weights: torch.Tensor, dtype: str
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One forward (under `dtype`) and backward of sum(logps * weights): the log-probs (fp32)
+    and a copy of every parameter gradient."""
+    model.zero_grad(set_to_none=True)
+    with precision(dtype, weights.device):
+        logps = PATHS[path](model, batch)
+    (logps * weights).sum().backward()
+    gradients = {
+        name: parameter.grad.detach().clone()
+        for name, parameter in model.named_parameters()
+        if parameter.grad is not None
+    }
+    model.zero_grad(set_to_none=True)
+    return logps.detach().float(), gradients
+
+
+def gradient_error(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> dict:
+    """Relative error ||got - expected|| / ||expected||: over all parameters together, and the
+    worst single parameter (those with a non-zero gradient)."""
+    if got.keys() != expected.keys() or not expected:
+        raise RuntimeError(
+            f"gradients of different parameters: {sorted(got.keys() ^ expected.keys())}"
+        )
+    squared_difference = squared_norm = 0.0
+    worst_name, worst = "", 0.0
+    for name, gradient in expected.items():
+        difference = torch.linalg.vector_norm((got[name] - gradient).float()).item()
+        norm = torch.linalg.vector_norm(gradient.float()).item()
+        squared_difference, squared_norm = (
+            squared_difference + difference**2,
+            squared_norm + norm**2,
+        )
+        if norm > 0 and difference / norm > worst:
+            worst_name, worst = name, difference / norm
+    return {
+        "relative_error": (squared_difference / squared_norm) ** 0.5,
+        "worst_parameter": worst_name,
+        "worst_parameter_relative_error": worst,
+    }
+
+
+def differences(got: torch.Tensor, expected: torch.Tensor, scored: torch.Tensor) -> dict:
+    difference = (got - expected)[scored].abs()
+    return {"max_abs": difference.max().item(), "mean_abs": difference.mean().item()}
+
+
+def compare_paths(model: torch.nn.Module, shape: Shape, vocab_size: int) -> dict[str, Any]:
+    """Shared-prompt vs TRL's per-row log-probs and parameter gradients, in fp32 and in bf16.
+
+    fp32 (no TF32): the two paths compute the same function, so they agree to fp32 rounding:
+    log-probs within 1e-4, gradients to a relative 1e-3. bf16 (autocast, as in training): each
+    path rounds its own way (the shared one in other shapes), so they cannot agree beyond bf16's
+    resolution; the measure is each path's distance from the fp32 per-row numbers, and the
+    shared path passes when it is no further than 1.5x the per-row path's own (max and mean
+    log-prob error, gradient error). For scale, the per-row path against itself with 8 more
+    left-pad columns (same numbers in exact arithmetic, positions shifted).
+    """
+    device = next(model.parameters()).device
+    batch = grouped_batch(shape, vocab_size, device)
+    scored = batch[3].bool()
+    weights = torch.randn(batch[2].shape, generator=torch.Generator().manual_seed(2))
+    weights = weights.to(device) / scored.sum()
+    with exact_fp32_matmuls():
+        reference, reference_gradients = logps_and_gradients(
+            model, "per_row", batch, weights, "fp32"
+        )
+        shared, shared_gradients = logps_and_gradients(model, "shared", batch, weights, "fp32")
+    fp32 = {
+        "logp": differences(shared, reference, scored),
+        "gradients": gradient_error(shared_gradients, reference_gradients),
+    }
+    fp32["passed"] = (
+        fp32["logp"]["max_abs"] < FP32_LOGP_TOLERANCE
+        and fp32["gradients"]["relative_error"] < FP32_GRADIENT_TOLERANCE
+    )
+    del shared_gradients
+    per_row, per_row_gradients = logps_and_gradients(model, "per_row", batch, weights, "bf16")
+    shared, shared_gradients = logps_and_gradients(model, "shared", batch, weights, "bf16")
+    prompt_ids, prompt_mask, completion_ids, completion_mask = batch
+    repadded = (
+        torch.nn.functional.pad(prompt_ids, (REPADDING, 0)),
+        torch.nn.functional.pad(prompt_mask, (REPADDING, 0)),
+        completion_ids,
+        completion_mask,
+    )
+    with torch.no_grad(), precision("bf16", device):
+        per_row_repadded = per_row_logps(model, repadded).float()
+    bf16 = {
+        "logp": differences(shared, per_row, scored),
+        "per_row_logp_vs_fp32": differences(per_row, reference, scored),
+        "shared_logp_vs_fp32": differences(shared, reference, scored),
+        "per_row_repadded_logp": differences(per_row_repadded, per_row, scored),
+        "gradients": gradient_error(shared_gradients, per_row_gradients),
+        "per_row_gradients_vs_fp32": gradient_error(per_row_gradients, reference_gradients),
+        "shared_gradients_vs_fp32": gradient_error(shared_gradients, reference_gradients),
+    }
+    bf16["passed"] = all(
+        bf16["shared_logp_vs_fp32"][key] <= BF16_NOISE_FACTOR * bf16["per_row_logp_vs_fp32"][key]
+        for key in ("max_abs", "mean_abs")
+    ) and (
+        bf16["shared_gradients_vs_fp32"]["relative_error"]
+        <= BF16_NOISE_FACTOR * bf16["per_row_gradients_vs_fp32"]["relative_error"]
+    )
+    return {
+        "batch": batch_summary(shape, batch),
+        "reference_logp_mean": reference[scored].mean().item(),
+        "reference_logp_std": reference[scored].std().item(),
+        "fp32": fp32,
+        "bf16": bf16,
+    }
+
+
+def batch_summary(shape: Shape, batch: Batch) -> dict[str, Any]:
+    prompt_mask, completion_mask = batch[1], batch[3]
+    first_rows = prompt_mask[:: shape.generations]
+    per_row_tokens = prompt_mask.numel() + completion_mask.numel()
+    shared_tokens = shape.groups * (
+        int(first_rows.sum(dim=1).max()) - 1 + shape.generations * (completion_mask.size(1) + 1)
+    )
+    return {
+        "groups": shape.groups,
+        "generations": shape.generations,
+        "prompt_lengths": first_rows.sum(dim=1).tolist(),
+        "completion_lengths": completion_mask.sum(dim=1).tolist(),
+        "per_row_tokens": per_row_tokens,  # what each forward runs, padding included
+        "shared_tokens": shared_tokens,
+    }
+
+
+def sdpa_kernels(run: Any, names: dict[str, str]) -> dict[str, Any]:
+    """Which of torch's SDPA kernels `run()` ran, from torch's profiler: each forward call
+    labelled by its mask ("masked": a boolean mask, "causal": `is_causal` without one,
+    "unmasked"), renamed by `names`: {"forward": {label: {kernel: calls}}, "backward":
+    {kernel: calls}} (a math forward has no fused backward: autograd runs its matmuls)."""
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def labelled(query, key, value, attn_mask=None, *args, is_causal=False, **kwargs):
+        kind = "masked" if attn_mask is not None else "causal" if is_causal else "unmasked"
+        with torch.profiler.record_function(KERNEL_MARK + names.get(kind, kind)):
+            return original(query, key, value, attn_mask, *args, is_causal=is_causal, **kwargs)
+
+    torch.nn.functional.scaled_dot_product_attention = labelled
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            run()
+            synchronize()
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+    forward: dict[str, dict[str, int]] = {}
+    backward: dict[str, int] = {}
+    for event in profile.events():
+        if event.name.startswith(KERNEL_MARK):
+            label = forward.setdefault(event.name[len(KERNEL_MARK) :], {})
+            kernel = _kernel_below(event)
+            label[kernel] = label.get(kernel, 0) + 1
+        elif event.name.startswith("aten::_scaled_dot_product_") and event.name.endswith(
+            "_backward"
+        ):
+            kernel = _kernel(event.name.removesuffix("_backward"))
+            backward[kernel] = backward.get(kernel, 0) + 1
+    return {"forward": forward, "backward": backward}
+
+
+def _kernel(op: str) -> str:
+    name = op.removeprefix("aten::_scaled_dot_product_")
+    return next((kernel for key, kernel in KERNELS if key in name), name)
+
+
+def _kernel_below(event: Any) -> str:
+    """The first SDPA kernel op under a profiler event (depth first)."""
+    for child in event.cpu_children:
+        if child.name.startswith("aten::_scaled_dot_product_"):
+            return _kernel(child.name)
+        found = _kernel_below(child)
+        if found != "none":
+            return found
+    return "none"
+
+
+def sdpa_flags() -> dict[str, bool]:
+    """torch.backends.cuda's switches: which SDPA kernels torch may pick from."""
+    flags = {}
+    for kernel in ("flash", "mem_efficient", "math", "cudnn"):
+        enabled = getattr(torch.backends.cuda, f"{kernel}_sdp_enabled", None)
+        if enabled is not None:
+            flags[kernel] = enabled()
+    return flags
+
+
+def path_kernels(model: torch.nn.Module, batch: Batch, dtype: str) -> dict[str, Any]:
+    """The SDPA kernels of one forward and backward of each path under `dtype`."""
+    device = next(model.parameters()).device
+
+    def run(path: str) -> None:
+        with precision(dtype, device):
+            logps = PATHS[path](model, batch)
+        logps.sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    return {
+        "per_row": sdpa_kernels(lambda: run("per_row"), {"masked": "rows", "causal": "rows"}),
+        "shared": sdpa_kernels(lambda: run("shared"), {"masked": "segments", "causal": "prompt"}),
+    }
+
+
+def kernel_notes(kernels: dict[str, Any], where: str) -> list[str]:
+    """A sentence for every attention that runs the math kernel (no fused kernel took it)."""
+    notes = []
+    for path, found in kernels.items():
+        for label, counts in found["forward"].items():
+            if "math" in counts:
+                what = f"the shared attention's {label} half" if path == "shared" else path
+                reason = " because of its boolean mask" if label == "segments" else ""
+                notes.append(f"{where}: {what} falls back to the math kernel{reason} ({counts})")
+    return notes
+
+
+def time_forward_backward(
+    model: torch.nn.Module, path: str, batch: Batch, repeats: int, warmup: int
+) -> dict[str, Any]:
+    """Median seconds of a bf16-autocast forward and backward of one micro-batch (device
+    synchronized), and the peak memory over the timed repeats: in all, and above what was
+    allocated before them (model, gradients: the activations' share)."""
+    device = next(model.parameters()).device
+    scored = batch[3].bool()
+    weights = scored.float() / scored.sum()
+
+    def step() -> None:
+        with precision("bf16", device):
+            logps = PATHS[path](model, batch)
+        (logps * weights).sum().backward()  # gradients accumulate: the memory stays allocated
+
+    for _ in range(warmup):
+        step()
+    synchronize()
+    cuda = device.type == "cuda"
+    if cuda:
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = []
+    for _ in range(repeats):
+        synchronize()
+        started = time.perf_counter()
+        step()
+        synchronize()
+        seconds.append(time.perf_counter() - started)
+    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    model.zero_grad(set_to_none=True)
+    return {
+        "median_seconds": statistics.median(seconds),
+        "seconds": [round(value, 4) for value in seconds],
+        "peak_gib": peak / 2**30 if cuda else None,
+        "activation_peak_gib": (peak - before) / 2**30 if cuda else None,
+    }
+
+
+def time_paths(model: torch.nn.Module, shape: Shape, vocab_size: int) -> dict[str, Any]:
+    """Both paths timed at `shape`, the shared / per-row ratios, and the SDPA kernels each ran."""
+    device = next(model.parameters()).device
+    batch = grouped_batch(shape, vocab_size, device)
+    result: dict[str, Any] = {"batch": batch_summary(shape, batch)}
+    for path in PATHS:
+        result[path] = time_forward_backward(model, path, batch, shape.repeats, warmup=1)
+    per_row, shared = result["per_row"], result["shared"]
+    result["time_ratio"] = shared["median_seconds"] / per_row["median_seconds"]
+    if per_row["peak_gib"] is not None:
+        result["peak_ratio"] = shared["peak_gib"] / per_row["peak_gib"]
+        result["activation_peak_ratio"] = (
+            shared["activation_peak_gib"] / per_row["activation_peak_gib"]
+        )
+    result["kernels_bf16"] = path_kernels(model, batch, "bf16")
+    return result
+
+
+def check_shared_prompt(options: argparse.Namespace) -> dict[str, Any]:
+    """Item 4 of issue 27 on one device: the shared-prompt path against TRL's per-row path
+    (exactness in fp32 and bf16), their forward + backward times and peak memory at the tool
+    task's shape and a long-context one, and the SDPA kernels each half of the attention runs."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    started = time.perf_counter()
+    model = shared_prompt_model(options.smoke, device)
+    vocab_size = model.config.vocab_size
+    check_shape = SMOKE_CHECK_SHAPE if options.smoke else CHECK_SHAPE
+    report: dict[str, Any] = {
+        "model": "tiny Qwen2" if options.smoke else "Qwen2-style 1.5B config, random init",
+        "gradient_checkpointing": True,
+        "sdpa_flags": sdpa_flags(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "exactness": compare_paths(model, check_shape, vocab_size),
+    }
+    batch = grouped_batch(check_shape, vocab_size, device)
+    with exact_fp32_matmuls():
+        report["exactness"]["kernels_fp32"] = path_kernels(model, batch, "fp32")
+    notes = kernel_notes(report["exactness"]["kernels_fp32"], "fp32")
+    shapes = SMOKE_TIMED_SHAPES if options.smoke else TIMED_SHAPES
+    report["timing"] = {}
+    for shape in shapes:
+        report["timing"][shape.name] = time_paths(model, shape, vocab_size)
+        notes += kernel_notes(report["timing"][shape.name]["kernels_bf16"], f"bf16 {shape.name}")
+    report["notes"] = notes or ["no attention falls back to the math kernel"]
+    report["seconds"] = time.perf_counter() - started
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return report
+
+
 # ---------------------------------------------------------------------- main
 
 
@@ -404,6 +902,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per estimator")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run, of {', '.join(PARTS)} (default: all)",
+    )
     parser.add_argument(
         "--stand-ins",
         default="",
@@ -421,7 +924,102 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if options.warmup < 0:
         parser.error("--warmup must be >= 0")
+    options.parts = [part for part in options.parts.split(",") if part]
+    unknown = sorted(set(options.parts) - set(PARTS))
+    if unknown or not options.parts:
+        parser.error(f"--parts: {unknown or 'none'} given; choose from {', '.join(PARTS)}")
     return options
+
+
+def train_side_by_side(options: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """GDPO with and without the shared prompt, then MRTPO (with it), one after the other;
+    the bf16-vs-fp32 replay comparison on MRTPO's last batch."""
+    runs = {}
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, estimator, share_prompt in RUNS:
+            runs[name] = train(estimator, options, os.path.join(scratch, name), share_prompt)
+            summary = {k: v for k, v in runs[name].items() if k != "trainer"}
+            print(f"{name}: {json.dumps(summary)}", flush=True)
+            if name != "mrtpo":  # free its model and optimizer before the next run
+                del runs[name]["trainer"]
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        report["precision"] = compare_precisions(runs["mrtpo"].pop("trainer"))
+    report.update(runs)
+    report["step_time_ratio"] = (
+        runs["mrtpo"]["median_step_seconds"] / runs["gdpo"]["median_step_seconds"]
+    )
+    on, off = runs["gdpo"], runs["gdpo_per_row"]
+    report["share_prompt_step"] = {
+        "time_ratio": on["median_step_seconds"] / off["median_step_seconds"],
+        "peak_ratio": on["peak_gib"] / off["peak_gib"] if on["peak_gib"] else None,
+        "shared": on["share_prompt"] and not off["share_prompt"],  # both runs as named
+    }
+    return report
+
+
+def mean_prompt_tokens(options: argparse.Namespace) -> float:
+    """The training prompts' mean length in tokens, chat template included."""
+    tokenizer = load_tokenizer(options.smoke)
+    texts = [
+        tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        for row in prompt_rows(options.prompts)
+    ]
+    return statistics.mean(
+        len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts
+    )
+
+
+def guarded(part: Any, options: argparse.Namespace) -> dict[str, Any]:
+    """`part(options)`, or on the GPU machine its error (printed), so that one failing part
+    does not cost the others' results; --smoke lets the error through (its test fails)."""
+    try:
+        return part(options)
+    except Exception as error:
+        if options.smoke:
+            raise
+        traceback.print_exc()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The results in a few lines, after the JSON."""
+    lines = []
+    shared = report.get("shared_prompt")
+    if shared and "error" in shared:
+        lines.append(f"shared prompt: failed: {shared['error']}")
+    elif shared:
+        exactness = shared["exactness"]
+        fp32, bf16 = exactness["fp32"], exactness["bf16"]
+        verdict = {True: "pass", False: "FAIL"}
+        lines.append(
+            f"shared vs per-row, fp32: max |dlogp| {fp32['logp']['max_abs']:.2e}, gradients "
+            f"rel. error {fp32['gradients']['relative_error']:.2e} ({verdict[fp32['passed']]}); "
+            f"bf16: max |dlogp| {bf16['logp']['max_abs']:.2e}, from fp32: shared "
+            f"{bf16['shared_logp_vs_fp32']['max_abs']:.2e}, per-row "
+            f"{bf16['per_row_logp_vs_fp32']['max_abs']:.2e} ({verdict[bf16['passed']]})"
+        )
+        for name, timing in shared["timing"].items():
+            peak = timing.get("activation_peak_ratio")
+            memory = f", activation peak {peak:.2f}x" if peak is not None else ""
+            ratio = timing["time_ratio"]
+            lines.append(f"shared / per-row forward+backward, {name}: time {ratio:.2f}x{memory}")
+        lines += shared["notes"]
+    if "gdpo" in report:
+        lines.append(
+            f"GDPO step, shared prompt on / off: {report['share_prompt_step']['time_ratio']:.2f}x"
+        )
+        lines.append(
+            f"MRTPO / GDPO step time: {report['step_time_ratio']:.2f}x; replay "
+            f"{report['mrtpo']['median_replay_seconds']:.2f} s per step; peak GiB gdpo "
+            f"{report['gdpo']['peak_gib']}, mrtpo {report['mrtpo']['peak_gib']}; bf16 vs fp32 "
+            f"distances: max |diff| {report['precision']['max_abs_difference']:.2e}, "
+            f"correlation {report['precision']['correlation']:.4f}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -463,31 +1061,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "warmup_steps": options.warmup,
     }
     started = time.perf_counter()
-    runs = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for estimator in ("gdpo", "mrtpo"):
-            runs[estimator] = train(estimator, options, os.path.join(scratch, estimator))
-            summary = {k: v for k, v in runs[estimator].items() if k != "trainer"}
-            print(f"{estimator}: {json.dumps(summary)}", flush=True)
-            if estimator == "gdpo":  # free its model and optimizer before the next run
-                del runs[estimator]["trainer"]
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-        report["precision"] = compare_precisions(runs["mrtpo"].pop("trainer"))
-    report["gdpo"], report["mrtpo"] = runs["gdpo"], runs["mrtpo"]
-    report["step_time_ratio"] = (
-        runs["mrtpo"]["median_step_seconds"] / runs["gdpo"]["median_step_seconds"]
-    )
+    if "shared_prompt" in options.parts:
+        report["shared_prompt"] = guarded(check_shared_prompt, options)
+        print(f"shared_prompt: {json.dumps(report['shared_prompt'])}", flush=True)
+    if "training" in options.parts:
+        report["setting"]["mean_prompt_tokens"] = mean_prompt_tokens(options)
+        report.update(train_side_by_side(options, device))
     report["total_seconds"] = time.perf_counter() - started
     text = json.dumps(report, indent=1)
     print(text)
-    print(
-        f"\nMRTPO / GDPO step time: {report['step_time_ratio']:.2f}x; replay "
-        f"{runs['mrtpo']['median_replay_seconds']:.2f} s per step; peak GiB gdpo "
-        f"{runs['gdpo']['peak_gib']}, mrtpo {runs['mrtpo']['peak_gib']}; bf16 vs fp32 distances: "
-        f"max |diff| {report['precision']['max_abs_difference']:.2e}, correlation "
-        f"{report['precision']['correlation']:.4f}"
-    )
+    print("\n" + "\n".join(summary_lines(report)))
     for path in filter(None, [options.json, os.environ.get("OUT")]):
         path = Path(path)
         (path / "gpu_check.json" if path.is_dir() else path).write_text(text)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The prepared GPU check (see scripts/gpu_check.py's docstring): GDPO and MRTPO bf16 training
-# steps side by side on one GPU, step-time ratio, replay seconds, peak memory, and the replay's
-# distances in bf16 against fp32. Run from anywhere: bash scripts/gpu_check.sh [options]
+# The prepared GPU check (see scripts/gpu_check.py's docstring): the shared-prompt path against
+# TRL's per-row one (log-probs and gradients in fp32 and bf16, forward+backward time and memory,
+# the SDPA kernels of each attention half), then GDPO (shared prompt on and off) and MRTPO bf16
+# training steps side by side on one GPU: step-time ratios, replay seconds, peak memory, and the
+# replay's distances in bf16 against fp32. Run from anywhere: bash scripts/gpu_check.sh [options]
 #
 # The GPU machine has torch, transformers, accelerate and peft but nothing else can be installed
 # there from a registry: wheels in .whl/ (filled elsewhere, see the docstring) are installed
