@@ -891,11 +891,8 @@ def _fit(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("weighting", ["static", "saw"])
-def test_two_processes_agree_with_a_naive_replay_of_the_whole_batch(tmp_path, weighting):
-    from mrtpo.relevance import naive_replay_distances
-
+def _two_processes(out: Path, weighting: str, share_prompt: bool) -> None:
+    """`tests/trainer_toys.py` on two gloo processes, its files in `out` (rank{r}.pt)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [
         str(Path(sys.executable).with_name("accelerate")),
@@ -912,12 +909,37 @@ def test_two_processes_agree_with_a_naive_replay_of_the_whole_batch(tmp_path, we
         "--dynamo_backend",
         "no",
         str(TESTS / "trainer_toys.py"),
-        str(tmp_path),
+        str(out),
         weighting,
+        "true" if share_prompt else "false",
     ]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    """Each (weighting, share_prompt) run once for the tests of this module that read it."""
+    done: dict[tuple[str, bool], Path] = {}
+
+    def run(weighting: str, share_prompt: bool = True) -> Path:
+        if (weighting, share_prompt) not in done:
+            out = tmp_path_factory.mktemp(f"two-{weighting}-{share_prompt}")
+            _two_processes(out, weighting, share_prompt)
+            done[weighting, share_prompt] = out
+        return done[weighting, share_prompt]
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weighting", ["static", "saw"])
+def test_two_processes_agree_with_a_naive_replay_of_the_whole_batch(two_process_runs, weighting):
+    from mrtpo.relevance import naive_replay_distances
+
+    tmp_path = two_process_runs(weighting)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert all(rank["shares_prompt"] for rank in ranks)
     assert all(rank["num_processes"] == 2 for rank in ranks)
     assert len(ranks[0]["generations"]) == len(ranks[1]["generations"]) == 2  # one per step
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
@@ -996,6 +1018,21 @@ def test_two_processes_agree_with_a_naive_replay_of_the_whole_batch(tmp_path, we
                     )
                     replayed_rows += 1
     assert replayed_rows > 0
+
+
+@pytest.mark.slow
+def test_two_processes_share_prompts_as_the_per_row_path_trains(two_process_runs):
+    """Each process packs its rows of the group spanning both: same losses, grad norms and
+    rewards as TRL's per-row path on two processes."""
+    shared = torch.load(two_process_runs("static", True) / "rank0.pt")
+    per_row = torch.load(two_process_runs("static", False) / "rank0.pt")
+    assert shared["shares_prompt"] and not per_row["shares_prompt"]
+    lines = [[line for line in run["log_history"] if "loss" in line] for run in (shared, per_row)]
+    assert len(lines[0]) == len(lines[1]) == 2
+    for a, b in zip(*lines, strict=True):
+        for key in ("reward", "grad_norm", "entropy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4), key
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
 
 
 # ---------------------------------------------------------------------- prompts refused up front

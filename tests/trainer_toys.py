@@ -100,7 +100,7 @@ def toy_trainer(trainer_class: type, model: Any, tokenizer: Any, args: Any, **kw
     )
 
 
-def main(out_dir: str, weighting: str) -> None:
+def main(out_dir: str, weighting: str, share_prompt: str = "true") -> None:
     import torch
 
     import mrtpo.relevance
@@ -156,6 +156,7 @@ def main(out_dir: str, weighting: str) -> None:
         mrtpo_warmup_steps=0,
         mrtpo_beta=0.5,
         reward_weighting=weighting,
+        share_prompt=share_prompt == "true",
         **CPU_RUN,
     )
     trainer = toy_trainer(Recording, model, tokenizer, args)
@@ -166,10 +167,12 @@ def main(out_dir: str, weighting: str) -> None:
             "generations": generations,
             "num_processes": trainer.accelerator.num_processes,
             "replay_mode": args.replay_mode,
+            "shares_prompt": trainer._shares_prompt,
+            "log_history": trainer.state.log_history,
         },
         Path(out_dir) / f"rank{rank}.pt",
     )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])
