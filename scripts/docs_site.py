@@ -6,7 +6,9 @@
 - The configuration reference: `<!-- mrtpo-config -->` becomes one table per dataclass of
   `MRTPOConfig`'s fields with their types, defaults and help metadata (`config_markdown`), and
   `<!-- mrtpo-train-defaults -->` the defaults `mrtpo train` sets over TRL's.
-- `<!-- mrtpo-commands -->`: the subcommands and their one-line help (`mrtpo.cli.COMMANDS`).
+- `<!-- mrtpo-commands -->`: the subcommands and their one-line help (`mrtpo.cli.COMMANDS`);
+  `<!-- mrtpo-recipes -->`: the recipes of recipes/ with what their headers say;
+  `<!-- mrtpo-group: PATH -->`: the sampled group of a committed credit map (its group.json).
 - Files kept outside docs/ that the site shows as they are (`EXTERNAL`): the benchmark notes
   and their results' tables and figures, under the same paths as in the repository.
 
@@ -40,7 +42,9 @@ EXTERNAL = (
     "benchmarks/results/**/*.png",
 )
 _APPENDED_DEFAULT = re.compile(r"\s*\(default: [^()]*(\([^()]*\)[^()]*)*\)\s*$")
-MARKER = re.compile(r"<!--\s*mrtpo-(cli|config|train-defaults|commands)(?::\s*([\w-]+))?\s*-->")
+MARKER = re.compile(
+    r"<!--\s*mrtpo-(cli|config|train-defaults|commands|recipes|group)(?::\s*([\w./-]+))?\s*-->"
+)
 
 
 # ----------------------------------------------------------------------------- text helpers
@@ -328,6 +332,58 @@ def train_defaults_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------- recipes, maps
+
+
+def recipe_summary(path: Path) -> dict[str, str]:
+    """A recipe's first sentence (its header comment's) and its task, model and estimator."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#") or not line.strip("# "):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    keys = yaml.safe_load(text) or {}
+    header = " ".join(lines)
+    first = re.match(r"(.+?\.)(\s|$)", header)
+    return {
+        "about": first.group(1) if first else header,
+        "task": str(keys.get("task", "–")),
+        "model": str(keys.get("model_name_or_path", "–")),
+        "estimator": str(keys.get("advantage_estimator", "–")),
+    }
+
+
+def recipes_markdown() -> str:
+    """The training recipes of recipes/*.yaml, each with what its header says."""
+    lines = ["| recipe | task | model | what it is |", "|---|---|---|---|"]
+    for path in sorted((ROOT / "recipes").glob("*.yaml")):
+        about = recipe_summary(path)
+        lines.append(
+            f"| `recipes/{path.name}` | {code(about['task'])} | {code(about['model'])} "
+            f"| {cell(about['about'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def group_markdown(relative: str) -> str:
+    """The group of a credit map (`mrtpo explain`'s group.json, path relative to docs/): each
+    response with its scores, the explained one first."""
+    import json
+
+    group = json.loads((ROOT / "docs" / relative).read_text(encoding="utf-8"))
+    names = [name for name in group[0]["scores"] if any(m["scores"][name] is not None for m in group)]
+    lines = ["| response | " + " | ".join(code(n) for n in names) + " |", "|---|" + "---:|" * len(names)]
+    for member in group:
+        label = "**explained**: " if member["explained"] else ""
+        scores = [member["scores"][name] for name in names]
+        shown = ["–" if s is None else f"{s:g}" for s in scores]
+        lines.append(f"| {label}{cell(member['completion'])} | " + " | ".join(shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- MkDocs events
 
 
@@ -342,6 +398,10 @@ def expand_markers(markdown: str) -> str:
             return config_markdown()
         if kind == "train-defaults":
             return train_defaults_markdown()
+        if kind == "recipes":
+            return recipes_markdown()
+        if kind == "group":
+            return group_markdown(argument or "")
         return commands_markdown()
 
     return MARKER.sub(replace, markdown)
