@@ -65,12 +65,12 @@ docs-check: docs
 	$(PY) scripts/docs_check.py --site site --screenshots docs/screenshots
 
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks scripts docs/examples
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts docs/examples
 
 format: install
-	$(VENV)/bin/ruff format src tests benchmarks scripts
-	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
+	$(VENV)/bin/ruff format src tests benchmarks scripts docs/examples
+	$(VENV)/bin/ruff check --fix src tests benchmarks scripts docs/examples
 
 clean:
 	rm -rf $(VENV) $(NLTK_DIR) site

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import fcntl
 import functools
 import http.server
 import json
@@ -105,6 +106,13 @@ def serve(site: Path) -> Iterator[str]:
         server.server_close()
 
 
+def _above_four(fd: int) -> int:
+    """`fd` moved to a descriptor number above 4 (the original closed)."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return moved
+
+
 class DevTools:
     """A Chromium driven over --remote-debugging-pipe: JSON messages, NUL-terminated, written
     to its fd 3 and read from its fd 4."""
@@ -112,11 +120,17 @@ class DevTools:
     def __init__(self, chromium: str, profile: Path) -> None:
         to_browser_read, self._to_browser = os.pipe()
         self._from_browser, from_browser_write = os.pipe()
+        # The child's ends above fd 4, so that putting them on 3 and 4 overwrites neither.
+        to_browser_read, from_browser_write = (
+            _above_four(to_browser_read),
+            _above_four(from_browser_write),
+        )
         flags = [*CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}"]
-        # The shell puts the pipes on fds 3 and 4, where Chromium expects them.
+        # bash puts the pipes on fds 3 and 4, where Chromium expects them (dash reads only
+        # one-digit descriptors in a redirection).
         command = f'exec "$0" "$@" 3<&{to_browser_read} 4>&{from_browser_write}'
         self.process = subprocess.Popen(
-            ["sh", "-c", command, chromium, *flags, "about:blank"],
+            ["bash", "-c", command, chromium, *flags, "about:blank"],
             pass_fds=(to_browser_read, from_browser_write),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -157,7 +171,9 @@ class DevTools:
     def wait_for(self, method: str, session: str) -> None:
         """Until event `method` of `session` arrives (kept events count)."""
         deadline = time.monotonic() + PAGE_TIMEOUT_S
-        while not any(e.get("method") == method and e.get("sessionId") == session for e in self.events):
+        while not any(
+            e.get("method") == method and e.get("sessionId") == session for e in self.events
+        ):
             self.events.append(self._read_message(deadline))
 
     def close(self) -> None:
@@ -195,9 +211,13 @@ def _errors(events: list[dict[str, Any]], session: str) -> list[str]:
             errors.append(f"uncaught exception: {text}")
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
             entry = params["entry"]
-            errors.append(f"{entry.get('source', 'log')}: {entry.get('text', '')} {entry.get('url', '')}")
+            errors.append(
+                f"{entry.get('source', 'log')}: {entry.get('text', '')} {entry.get('url', '')}"
+            )
         elif method == "Network.loadingFailed" and not params.get("canceled"):
-            errors.append(f"failed request: {params.get('errorText', '')} ({params.get('type', '')})")
+            errors.append(
+                f"failed request: {params.get('errorText', '')} ({params.get('type', '')})"
+            )
     return errors
 
 
@@ -230,7 +250,9 @@ def check_page(
     if not facts["images"]:
         report.problems.append("no image")
     if facts["content_images"] < content_images:
-        report.problems.append(f"{facts['content_images']} images in the page's content, not {content_images}")
+        report.problems.append(
+            f"{facts['content_images']} images in the page's content, not {content_images}"
+        )
     report.problems += [f"image not loaded: {i['src']}" for i in facts["images"] if not i["loaded"]]
     time.sleep(0.5)  # late console messages of the page's scripts
     with contextlib.suppress(TimeoutError):

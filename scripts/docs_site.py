@@ -204,7 +204,10 @@ def cli_markdown(name: str) -> str:
     parser = command_parser(name)
     rows = option_rows(parser)
     # The command's documentation is its module's docstring.
-    parts = [inspect.cleandoc(command_module(name).__doc__ or ""), f"Usage: `mrtpo {name} [options]`"]
+    parts = [
+        inspect.cleandoc(command_module(name).__doc__ or ""),
+        f"Usage: `mrtpo {name} [options]`",
+    ]
     if "--config" in parser._option_string_actions:
         parts.append(
             "Every option is also a key of a YAML `--config` (a recipe); a flag wins over the "
@@ -308,7 +311,9 @@ def config_markdown() -> str:
     for group in sorted(groups, key=lambda g: (g != "MRTPOConfig", list(groups).index(g))):
         group_rows = groups[group]
         lines = ["| field | type | default | what it sets |", "|---|---|---|---|"]
-        lines += [f"| {r['name']} | {r['type']} | {r['default']} | {r['help']} |" for r in group_rows]
+        lines += [
+            f"| {r['name']} | {r['type']} | {r['default']} | {r['help']} |" for r in group_rows
+        ]
         count = f"{len(group_rows)} fields"
         if group == "MRTPOConfig":
             parts.append(f"## `MRTPOConfig`'s own fields\n\n{count}.\n\n" + "\n".join(lines))
@@ -374,8 +379,13 @@ def group_markdown(relative: str) -> str:
     import json
 
     group = json.loads((ROOT / "docs" / relative).read_text(encoding="utf-8"))
-    names = [name for name in group[0]["scores"] if any(m["scores"][name] is not None for m in group)]
-    lines = ["| response | " + " | ".join(code(n) for n in names) + " |", "|---|" + "---:|" * len(names)]
+    names = [
+        name for name in group[0]["scores"] if any(m["scores"][name] is not None for m in group)
+    ]
+    lines = [
+        "| response | " + " | ".join(code(n) for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for member in group:
         label = "**explained**: " if member["explained"] else ""
         scores = [member["scores"][name] for name in names]

@@ -53,7 +53,9 @@ def test_cli_reference_groups_train_options_by_their_dataclass():
     mrtpo_row = next(line for line in page.splitlines() if line.startswith("| `--mrtpo_beta`"))
     assert "| float | `0.5` |" in mrtpo_row and "beta in [0, 1]" in mrtpo_row
     # mrtpo train's own CPU defaults, as its parser sets them, not TRL's.
-    steps_row = next(line for line in page.splitlines() if line.lstrip().startswith("| `--max_steps`"))
+    steps_row = next(
+        line for line in page.splitlines() if line.lstrip().startswith("| `--max_steps`")
+    )
     assert "| `8` |" in steps_row
     assert "(default:" not in page  # HfArgumentParser's appended default has its own column
 
@@ -99,7 +101,9 @@ def test_group_table_of_a_committed_map():
     lines = table.strip().splitlines()
     assert lines[0] == "| response | `constraint_0` | `constraint_1` |"
     assert len(lines) == 2 + 5  # the explained response and the 4 sampled with it
-    assert lines[2].startswith("| **explained**: A dog walker is") and lines[2].endswith("| 1 | 0 |")
+    assert lines[2].startswith("| **explained**: A dog walker is") and lines[2].endswith(
+        "| 1 | 0 |"
+    )
 
 
 def _nav_pages(entry) -> list[str]:

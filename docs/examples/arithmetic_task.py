@@ -26,7 +26,9 @@ SYSTEM_PROMPT = (
     "You solve arithmetic problems. Think briefly, then give the result as an integer "
     "inside <answer>...</answer>."
 )
-FORMAT_RULE = "The response must end with exactly one <answer>...</answer> block holding an integer."
+FORMAT_RULE = (
+    "The response must end with exactly one <answer>...</answer> block holding an integer."
+)
 ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 INTEGER = re.compile(r"\s*(-?\d+)\s*")
 
@@ -66,7 +68,9 @@ class AnswerCorrect(Verifier):
         if number is None:
             return Verdict(0.0, info)
         start = blocks[-1].start(1) + number.start(1)
-        return Verdict(float(int(number.group(1)) == expected), info, ((start, start + len(number.group(1))),))
+        return Verdict(
+            float(int(number.group(1)) == expected), info, ((start, start + len(number.group(1))),)
+        )
 
 
 # --- the task: data, verifiers, a reference response for the cold start --------------------
