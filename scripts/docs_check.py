@@ -260,7 +260,7 @@ def check_page(
     report.problems += _errors(browser.events, session)
     # The whole page in one viewport (the theme fades its tabs out on a scrolled page), then
     # a pause for the theme's transitions to end.
-    height = min(max(int(facts["height"]), HEIGHT), 8000)
+    height = min(max(int(facts["height"]), HEIGHT), 4000)
     browser.call(
         "Emulation.setDeviceMetricsOverride",
         session,
