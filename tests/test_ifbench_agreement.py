@@ -605,7 +605,7 @@ def test_random_texts_agree_with_ifbench(instruction_id):
 
 
 def agreement_table() -> list[tuple[str, int, int, int]]:
-    """Per id: (id, cases, cases agreeing, cases where IFBench raised); for the README."""
+    """Per id: (id, cases, cases agreeing, cases where IFBench raised); for docs/results/instructions.md."""
     rows = []
     for instruction_id in sorted(CASES):
         cases = [(k, r) for k, responses in CASES[instruction_id] for r in responses]

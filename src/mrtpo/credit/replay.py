@@ -93,13 +93,14 @@ def group_credit_map(
         response_ids: [T] the explained response (row 0 of the group).
         text: the completion text the verifiers read.
         names: [K] the rewards' names.
-        verdicts: [G][K] every group member's verdicts, the explained response's first. With
+        verdicts: [G] lists of [K]: every group member's verdicts, the explained response's first. With
             one member there is no group: the map holds replay distances only.
         distance: [K, T] the explained response's replay distances. Only it is needed: its A_t
             depends on the other members only through their rewards.
         beta: MRTPO's allocation strength.
         types: [K] each reward's kind of check (default: the names).
-        prompt, title: shown on the map; the title gets the group's size and beta appended.
+        prompt: shown on the map.
+        title: shown on the map, with the group's size and beta appended.
 
     Rewards that do not apply to the response (score None) are left off the map.
     """

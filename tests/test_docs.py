@@ -1,0 +1,160 @@
+"""The documentation site: its generated references hold every CLI option and every config
+field, and the whole site builds with `mkdocs build --strict` (skipped without MkDocs)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import docs_site
+import pytest
+
+from mrtpo.cli import COMMANDS
+from mrtpo.config import MRTPOConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_cli_reference_lists_every_option_of_the_commands_parser(name):
+    parser = docs_site.command_parser(name)
+    page = docs_site.cli_markdown(name)
+    options = [
+        option
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction)
+        for option in action.option_strings
+    ]
+    assert options, f"mrtpo {name} has no option"
+    missing = [option for option in options if f"`{option}`" not in page]
+    assert not missing
+    rows = re.findall(r"^\s*\| `--", page, flags=re.M)  # one row per action, aliases together
+    assert len(rows) == len(options) - _aliases(parser)
+
+
+def _aliases(parser: argparse.ArgumentParser) -> int:
+    """Options beyond the first of each action (one table row per action)."""
+    return sum(
+        len(a.option_strings) - 1
+        for a in parser._actions
+        if a.option_strings and not isinstance(a, argparse._HelpAction)
+    )
+
+
+def test_cli_reference_groups_train_options_by_their_dataclass():
+    page = docs_site.cli_markdown("train")
+    ours = page.index("### MRTPO's settings (`MRTPOConfig`)")
+    assert page.index("### What to train") < ours < page.index("TRL's `GRPOConfig`")
+    mrtpo_row = next(line for line in page.splitlines() if line.startswith("| `--mrtpo_beta`"))
+    assert "| float | `0.5` |" in mrtpo_row and "beta in [0, 1]" in mrtpo_row
+    # mrtpo train's own CPU defaults, as its parser sets them, not TRL's.
+    steps_row = next(
+        line for line in page.splitlines() if line.lstrip().startswith("| `--max_steps`")
+    )
+    assert "| `8` |" in steps_row
+    assert "(default:" not in page  # HfArgumentParser's appended default has its own column
+
+
+def test_cli_reference_of_an_argparse_command():
+    page = docs_site.cli_markdown("explain")
+    row = next(line for line in page.splitlines() if line.startswith("| `--task`"))
+    assert row == "| `--task` | str | required | sql, tool_calling or instructions |"
+    assert "`mrtpo explain`: the credit map of one response" in page  # the module's docstring
+
+
+def test_config_reference_lists_every_field_once():
+    page = docs_site.config_markdown()
+    fields = [f.name for f in dataclasses.fields(MRTPOConfig) if f.init]
+    rows = re.findall(r"^\s*\| `(\w+)` \|", page, flags=re.M)
+    assert sorted(rows) == sorted(fields)
+    own = page[page.index("`MRTPOConfig`'s own fields") : page.index("TRL's `GRPOConfig`")]
+    for name in ("advantage_estimator", "mrtpo_beta", "reward_weighting", "replay_mode"):
+        assert f"| `{name}` |" in own
+    estimator = next(line for line in own.splitlines() if "| `advantage_estimator` |" in line)
+    assert "Choices: mrtpo, gdpo, grpo." in estimator
+    shifts = next(line for line in own.splitlines() if "| `saw_reward_shifts` |" in line)
+    assert "| list[float] or None | – |" in shifts
+
+
+def test_train_defaults_table_is_mrtpo_trains():
+    from mrtpo.training import CPU_DEFAULTS
+
+    table = docs_site.train_defaults_markdown()
+    assert len(table.strip().splitlines()) == 2 + len(CPU_DEFAULTS)
+    assert "| `max_steps` | `8` | `-1` |" in table
+
+
+def test_markers_expand_and_unknown_text_stays():
+    text = "before\n<!-- mrtpo-commands -->\nafter <!-- not ours -->"
+    expanded = docs_site.expand_markers(text)
+    assert "| [`mrtpo train`](train.md) |" in expanded
+    assert expanded.startswith("before\n") and expanded.endswith("after <!-- not ours -->")
+
+
+def test_group_table_of_a_committed_map():
+    table = docs_site.group_markdown("credit-maps/instructions-19/group.json")
+    lines = table.strip().splitlines()
+    assert lines[0] == "| response | `constraint_0` | `constraint_1` |"
+    assert len(lines) == 2 + 5  # the explained response and the 4 sampled with it
+    assert lines[2].startswith("| **explained**: A dog walker is") and lines[2].endswith(
+        "| 1 | 0 |"
+    )
+
+
+def _nav_pages(entry) -> list[str]:
+    if isinstance(entry, str):
+        return [entry] if entry.endswith(".md") else []
+    values = entry.values() if isinstance(entry, dict) else entry
+    return [page for value in values for page in _nav_pages(value)]
+
+
+def test_every_page_of_the_nav_exists_and_every_page_is_in_the_nav():
+    import yaml
+
+    in_nav = set(_nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]))
+    served = set(in_nav)
+    for page in in_nav:  # the hook serves these repository files at their own paths
+        if any(Path(page).match(pattern) for pattern in docs_site.EXTERNAL):
+            assert (ROOT / page).is_file(), page
+            served.discard(page)
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert served - pages == set(), "a nav entry has no page"
+    assert pages - in_nav == set(), "a page is missing from the nav"
+
+
+def test_readme_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_site_builds_strictly(tmp_path):
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e .[docs])")
+    pytest.importorskip("material", reason="mkdocs-material is not installed (the docs extra)")
+    pytest.importorskip("mkdocstrings", reason="mkdocstrings is not installed (the docs extra)")
+    environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT / "src")}
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = (site / "reference" / "cli" / "train" / "index.html").read_text()
+    assert "--mrtpo_beta" in train and "--reward_weighting" in train
+    api = (site / "reference" / "api" / "advantages" / "index.html").read_text()
+    assert 'id="mrtpo.advantages.gdpo"' in api  # mkdocstrings rendered the docstrings
+    guide = (site / "guides" / "custom-task" / "index.html").read_text()
+    assert "class AnswerCorrect" in re.sub(r"<[^>]+>", "", guide)  # the snippet was included
+    assert (site / "credit-maps" / "instructions-19" / "credit.html").is_file()
+    assert (site / "benchmarks" / "results" / "localization" / "localization.png").is_file()
