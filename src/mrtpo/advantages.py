@@ -414,10 +414,18 @@ def bounded_rows(
     """
     _check_eps(eps)
     normalized, c, summed, _, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
-    scale = _reallocation_scale(normalized, c, summed)
-    engaged = bool(std_batch[0] + eps < scale)
+    engaged = _bounding_scale(normalized, c, summed, std_batch, eps) is not None
     moving = (torch.nan_to_num(normalized * c.unsqueeze(0)) != 0).any(dim=1)
     return moving & ~torch.isnan(summed) & engaged
+
+
+def _bounding_scale(
+    normalized: Tensor, weights: Tensor, summed: Tensor, std_batch: Tensor, eps: float
+) -> Tensor | None:
+    """The divisor of the re-allocated part where the bound engages (``std_batch S + eps`` is
+    below the per-reward scale), else None: GDPO's parts as ``_gdpo_parts`` returns them."""
+    scale = _reallocation_scale(normalized, weights, summed)
+    return scale if std_batch[0] + eps < scale else None
 
 
 def _spread_gdpo(
@@ -445,16 +453,16 @@ def _spread_gdpo(
     """
     normalized, c, summed, mean_batch, std_batch = _gdpo_parts(rewards, group_size, weights, eps)
     weighted = normalized.unsqueeze(-1) * c.view(1, -1, 1)  # (N, K, 1) c_k Ã_k
-    per_token = (weighted * relevance).nansum(dim=1)  # (N, T)
-    per_token[torch.isnan(summed)] = torch.nan  # unscorable rows, as in GDPO
-    scale = _reallocation_scale(normalized, c, summed) if bounded else None
-    if scale is not None and std_batch[0] + eps < scale:
+    scale = _bounding_scale(normalized, c, summed, std_batch, eps) if bounded else None
+    if scale is not None:
         # S cancels between rewards: GDPO's advantage plus the re-allocation over the per-reward
         # scale, not over the (near-)zero std of S (which would multiply it by up to 1/eps).
         response = (summed - mean_batch) / (std_batch + eps)  # GDPO's, (N,)
         moved = (weighted * (relevance - 1)).nansum(dim=1)  # (N, T), token mean 0
         advantages = response.unsqueeze(-1) + moved / scale
     else:
+        per_token = (weighted * relevance).nansum(dim=1)  # (N, T)
+        per_token[torch.isnan(summed)] = torch.nan  # unscorable rows, as in GDPO
         advantages = (per_token - mean_batch) / (std_batch.unsqueeze(-1) + eps)
     advantages = torch.nan_to_num(advantages, nan=0.0)
     return torch.where(mask != 0, advantages, torch.zeros_like(advantages))
