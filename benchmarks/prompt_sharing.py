@@ -30,7 +30,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import torch
-from step_time import PeakMemory
+from step_time import PeakMemory, ready_to_step
 
 VARIANTS = (
     "gdpo/per-row",
@@ -92,8 +92,7 @@ class Timed:
 
 
 def build_trainer(variant: str, args: argparse.Namespace, output_dir: str):
-    """A trainer ready to step by hand (optimizer, scheduler, activation checkpointing as
-    `Trainer.train` sets them up)."""
+    """A trainer ready to step by hand (`step_time.ready_to_step`)."""
     from trl import GRPOConfig, GRPOTrainer
 
     from mrtpo import tasks
@@ -141,15 +140,7 @@ def build_trainer(variant: str, args: argparse.Namespace, output_dir: str):
         train_dataset=task.load("train"),
         processing_class=tokenizer,
     )
-    trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
-    if config.activation_checkpointing:  # Trainer.train would turn it on (TRL's default)
-        kwargs = dict(config.activation_checkpointing_kwargs or {})
-        trainer.model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs=kwargs or None
-        )
-    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; we step by hand
-    trainer.model.train()
-    return trainer
+    return ready_to_step(trainer)
 
 
 def one_step(trainer, batch: list[dict], seed: int) -> dict[str, float]:

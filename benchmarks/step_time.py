@@ -179,6 +179,13 @@ def build_trainer(variant: str, args: argparse.Namespace, output_dir: str):
         train_dataset=task.load("train"),
         processing_class=tokenizer,
     )
+    return ready_to_step(trainer)
+
+
+def ready_to_step(trainer):
+    """`trainer` set up as `Trainer.train` would before its first step (optimizer, scheduler,
+    activation checkpointing, one micro-batch a step), to be stepped by hand."""
+    config = trainer.args
     trainer.create_optimizer_and_scheduler(num_training_steps=config.max_steps)
     if config.activation_checkpointing:  # Trainer.train would turn it on (TRL's default: on)
         kwargs = dict(config.activation_checkpointing_kwargs or {})
