@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -61,10 +61,12 @@ METHODS: dict[str, dict[str, Any]] = {
     "gdpo": {"advantage_estimator": "gdpo"},
     "mrtpo": {"advantage_estimator": "mrtpo"},
     "mrtpo_shuffled": {"advantage_estimator": "mrtpo", "shuffle_token_weights": True},
+    # Replayed with the verifier information of a row of another prompt (the placebo control).
+    "mrtpo_placebo": {"advantage_estimator": "mrtpo", "replay_information": "placebo"},
 }
 BASELINE, PROPOSED = "gdpo", "mrtpo"  # the paired difference PROPOSED - BASELINE
 THRESHOLD, WINDOW = 0.8, 3  # steps to a training format reward of 0.8, rolling mean of 3
-BOOTSTRAP_RESAMPLES = 10_000
+COLD_START_EVAL = "cold_start_eval"  # the worker that evaluates the cold start (step 0)
 POSITIVE_OPTIONS = ("steps", "prompts", "generations", "micro_batch", "max_completion_length", "jobs", "threads", "save_steps")  # fmt: skip
 TOP_SHARE_KEY = "top10_share"
 
@@ -136,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", choices=("auto", "cpu", "cuda"), default="auto")
     add("--jobs", type=int, default=2, help="runs at once")
     add("--threads", type=int, default=1, help="torch threads per run")
+    add(
+        "--eval_cold_start",
+        action="store_true",
+        help="also evaluate the cold-start model (step 0) as every run is evaluated",
+    )
     add("--report", action="store_true", help="only regenerate the report")
     add("--worker", nargs="+", help=argparse.SUPPRESS)  # internal: "cold_start" or METHOD SEED
     return parser
@@ -323,6 +330,26 @@ def is_finished(folder: Path, evaluate: bool) -> bool:
     return bool((_read_json(folder / RUN_FILE) or {}).get("trained"))
 
 
+def machine(args: argparse.Namespace) -> dict[str, Any]:
+    """Where and when a run (or its resumption) trains: CPU model, logical CPUs, torch threads,
+    the start time (UTC) and the load average then."""
+    cpu = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "threads": args.threads,
+        "device": args.device,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
 def _has_saved_state(checkpoints: Path) -> bool:
     """Whether `checkpoints` holds a step checkpoint or the trained model (its config.json)."""
     from transformers.trainer_utils import get_last_checkpoint
@@ -383,6 +410,10 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         if last is not None:
             config.resume_from_checkpoint = last
             record["resumed_from"].append(Path(last).name)
+        # One entry per start of training: the first, then each resumption.
+        record.setdefault("sessions", []).append(
+            {**machine(args), "checkpoint": Path(last).name if last else None}
+        )
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             run_training(
@@ -401,12 +432,33 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         record["trained"] = True
         _write_json(folder / RUN_FILE, record)
     if evaluate:
+        record["eval_session"] = machine(args)
         started, cpu_started = time.perf_counter(), time.process_time()
         result = evaluate_policy(args, checkpoints)
         record["eval_seconds"] = time.perf_counter() - started
         record["eval_cpu_seconds"] = time.process_time() - cpu_started
         _write_json(folder / RUN_FILE, record)
         _write_json(folder / EVAL_FILE, result)
+    return folder
+
+
+def cold_start_eval_dir(args: argparse.Namespace) -> Path:
+    return task_root(args) / "cold_start"
+
+
+def evaluate_cold_start(args: argparse.Namespace) -> Path:
+    """The cold-start model (step 0) evaluated as every run's final policy is, once:
+    `cold_start/final_eval.json` and its `run.json` (timing, machine)."""
+    folder = cold_start_eval_dir(args)
+    if (folder / EVAL_FILE).is_file():
+        return folder
+    record = {"evaluated": str(cold_start_dir(args)), "eval_session": machine(args)}
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = evaluate_policy(args, cold_start_dir(args))
+    record["eval_seconds"] = time.perf_counter() - started
+    record["eval_cpu_seconds"] = time.process_time() - cpu_started
+    _write_json(folder / RUN_FILE, record)
+    _write_json(folder / EVAL_FILE, result)
     return folder
 
 
@@ -504,8 +556,9 @@ def pending_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     ]
 
 
-def record_study(args: argparse.Namespace) -> None:
-    """Write `study.json` (the command and the shared settings); refuse to mix settings."""
+def record_study(args: argparse.Namespace, extra: Mapping[str, Any] | None = None) -> None:
+    """Write `study.json` (the command, the shared settings and `extra`, e.g. a study's
+    pre-registered analysis); refuse to mix settings or to change `extra` afterwards."""
     path = task_root(args) / STUDY_FILE
     settings = study_settings(args)
     previous = _read_json(path)
@@ -515,11 +568,27 @@ def record_study(args: argparse.Namespace) -> None:
             f"{path} was made with other settings ({', '.join(changed)}); use another --results "
             "folder or the same settings"
         )
+    extra = dict(extra or {})
+    if previous is not None:
+        changed = sorted(k for k in extra if k in previous and previous[k] != extra[k])
+        if changed:
+            raise SystemExit(
+                f"{path} was made with another {', '.join(changed)}: a study's recorded design "
+                "is not changed once it has started; use another --results folder"
+            )
     command = shlex.join(["python", "benchmarks/convergence.py", *args.argv])
     methods = {**(previous or {}).get("methods", {}), **{m: args.variants[m] for m in args.methods}}
     seeds = {**(previous or {}).get("seeds", {}), **seeds_of(args)}
     _write_json(
-        path, {"command": command, "settings": settings, "methods": methods, "seeds": seeds}
+        path,
+        {
+            **(previous or {}),
+            **extra,
+            "command": command,
+            "settings": settings,
+            "methods": methods,
+            "seeds": seeds,
+        },
     )
 
 
@@ -541,26 +610,29 @@ def run_worker(args: argparse.Namespace, worker: Sequence[str], log: Path) -> in
     return process.returncode
 
 
-def run_grid(args: argparse.Namespace) -> int:
-    """Cold start (once), the study's data files, every pending run `--jobs` at a time, then
-    the report. Returns the number of runs that failed."""
-    record_study(args)
+def run_grid(
+    args: argparse.Namespace,
+    extra: Mapping[str, Any] | None = None,
+    report: Callable[[Path], Path] | None = None,
+) -> int:
+    """Cold start (once), the study's data files, the cold start's evaluation (with
+    `--eval_cold_start`, first in the queue), every pending run `--jobs` at a time, then the
+    report (`report`, default `write_report`). Returns the number of stages that failed."""
+    record_study(args, extra)
     if run_worker(args, ["cold_start"], task_root(args) / CHECKPOINTS / "cold_start.log"):
         return 1
     todo = pending_runs(args)
     print(f"{len(todo)} run(s) to do: {todo}", flush=True)
+    jobs = [
+        ([method, str(seed)], run_dir(args, method, seed) / CHECKPOINTS / "train.log")
+        for method, seed in todo
+    ]
+    if args.eval_cold_start and not (cold_start_eval_dir(args) / EVAL_FILE).is_file():
+        log = cold_start_eval_dir(args) / CHECKPOINTS / "eval.log"
+        jobs.insert(0, ([COLD_START_EVAL], log))
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        codes = list(
-            pool.map(
-                lambda run: run_worker(
-                    args,
-                    [run[0], str(run[1])],
-                    run_dir(args, *run) / CHECKPOINTS / "train.log",
-                ),
-                todo,
-            )
-        )
-    write_report(args.results)
+        codes = list(pool.map(lambda job: run_worker(args, *job), jobs))
+    (report or write_report)(args.results)
     return sum(code != 0 for code in codes)
 
 
@@ -574,6 +646,9 @@ def worker(args: argparse.Namespace) -> None:
         from transformers import AutoTokenizer
 
         write_study_data(args, AutoTokenizer.from_pretrained(build_cold_start(args)))
+        return
+    if args.worker == [COLD_START_EVAL]:
+        evaluate_cold_start(args)
         return
     method, seed = args.worker
     train_run(args, method, int(seed))
@@ -604,15 +679,32 @@ def median_steps(values: Sequence[int | None]) -> float | None:
     return None if any(v is None for v in pair) else float(np.mean(pair))
 
 
-def bootstrap_interval(
-    differences: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES
-) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean of paired differences (seeds resampled
-    with replacement; numpy's generator seeded by `seed`, so the interval is reproducible)."""
+def paired_t(differences: Sequence[float], level: float = 0.95) -> dict[str, float]:
+    """Student's paired t-test of mean(differences) = 0 over n seeds (n >= 2): the mean, its
+    `level` t interval (mean ± t_{n-1} s / sqrt(n)), t, the two-sided p-value, n.
+
+    With identical differences (s = 0) the interval is the point and p is 0 (or 1 at mean 0)."""
+    from scipy import stats
+
     values = np.asarray(differences, dtype=float)
-    generator = np.random.default_rng(seed)
-    means = values[generator.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a paired t-test needs at least 2 differences, got {n}")
+    mean, error = float(values.mean()), float(values.std(ddof=1) / math.sqrt(n))
+    if error == 0.0:
+        p = 1.0 if mean == 0.0 else 0.0
+        return {"mean": mean, "low": mean, "high": mean, "t": math.inf, "p": p, "n": n}
+    quantile = float(stats.t.ppf(0.5 + level / 2, n - 1))
+    statistic = mean / error
+    p = float(2 * stats.t.sf(abs(statistic), n - 1))
+    return {
+        "mean": mean,
+        "low": mean - quantile * error,
+        "high": mean + quantile * error,
+        "t": statistic,
+        "p": p,
+        "n": n,
+    }
 
 
 def load_results(results: Path) -> dict[str, Any]:
@@ -829,7 +921,8 @@ def eval_table(data: Mapping[str, Any]) -> str:
 
 
 def paired_table(data: Mapping[str, Any], format_name: str, reached: Mapping[str, Any]) -> str:
-    """PROPOSED - BASELINE per seed (seeds both finished), mean and its bootstrap interval."""
+    """PROPOSED - BASELINE per seed (seeds both finished): the mean, the range over seeds and
+    the paired 95% t interval (a bootstrap over so few seeds would only be their range)."""
     runs = data["runs"]
     if PROPOSED not in runs or BASELINE not in runs:
         return f"({PROPOSED} and {BASELINE} are both needed.)\n"
@@ -856,8 +949,8 @@ def paired_table(data: Mapping[str, Any], format_name: str, reached: Mapping[str
     lines = [
         "| metric | "
         + " | ".join(f"seed {s}" for s in seeds)
-        + " | mean | 95% bootstrap interval |",
-        "|---|" + "---:|" * (len(seeds) + 2),
+        + " | mean | range over seeds | 95% t interval (paired) |",
+        "|---|" + "---:|" * (len(seeds) + 3),
     ]
     for label, value in metrics:
         differences = {}
@@ -870,13 +963,15 @@ def paired_table(data: Mapping[str, Any], format_name: str, reached: Mapping[str
             ):
                 differences[seed] = mine - theirs
         cells = [_cell(differences.get(seed)) for seed in seeds]
-        if differences:
-            low, high = bootstrap_interval(list(differences.values()))
-            summary = (
-                f"{_cell(float(np.mean(list(differences.values()))))} | [{low:.3f}, {high:.3f}]"
-            )
-        else:
-            summary = "– | –"
+        values = list(differences.values())
+        summary = "– | – | –"
+        if values:
+            summary = f"{_cell(float(np.mean(values)))} | [{min(values):.3f}, {max(values):.3f}]"
+            if len(values) >= 2:
+                test = paired_t(values)
+                summary += f" | [{test['low']:.3f}, {test['high']:.3f}]"
+            else:
+                summary += " | –"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {summary} |")
     both = [
         s for s in seeds if reached.get(PROPOSED, {}).get(s) and reached.get(BASELINE, {}).get(s)

@@ -22,6 +22,7 @@ from mrtpo.advantages import (
     get_estimator,
     grpo,
     mrtpo,
+    opposite_sign_rows,
     per_reward,
     reallocation_scale,
     register_estimator,
@@ -476,6 +477,28 @@ def paper_formula(rewards, group_size, distance, mask, beta, c=None, eps=1e-4):
     out = (num - s_ok.mean()) / (std_s + eps)
     out[~scorable] = 0.0
     return out * mask
+
+
+def test_opposite_sign_rows_by_hand():
+    # Group 1: both rewards vary; rows 0 and 1 disagree, rows 2 and 3 agree. Group 2: reward 1
+    # is constant (Ã_1 = 0), so no row there can disagree; a NaN score is neither sign.
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0],  # Ã_0 > 0, Ã_1 < 0: opposite
+            [0.0, 1.0],  # Ã_0 < 0, Ã_1 > 0: opposite
+            [1.0, 1.0],  # both > 0
+            [0.0, 0.0],  # both < 0
+            [1.0, 0.5],
+            [0.0, 0.5],
+            [float("nan"), 0.5],
+            [1.0, 0.5],
+        ]
+    )
+    got = opposite_sign_rows(rewards, 4)
+    assert got.tolist() == [True, True, False, False, False, False, False, False]
+    # Rewards that always agree never pull apart.
+    agreeing = torch.tensor([[1.0, 0.9], [0.0, 0.1], [0.5, 0.5], [0.2, 0.3]])
+    assert not opposite_sign_rows(agreeing, 4).any()
 
 
 def test_reallocation_scale_and_bounded_rows_on_the_anti_correlated_group():

@@ -76,6 +76,15 @@ def test_a_study_refuses_other_settings_in_the_same_folder(tmp_path):
     convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "5")))
     with pytest.raises(SystemExit, match="steps"):
         convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "6")))
+    # A recorded design (e.g. the pre-registered analysis) is kept, never changed.
+    args = convergence.parse_args(study_args(tmp_path, "--steps", "5"))
+    convergence.record_study(args, {"analysis": "plan A"})
+    convergence.record_study(args, {"analysis": "plan A"})
+    convergence.record_study(args)  # a run without one keeps it
+    study = json.loads((tmp_path / "results" / "tool_calling" / "study.json").read_text())
+    assert study["analysis"] == "plan A"
+    with pytest.raises(SystemExit, match="another analysis"):
+        convergence.record_study(args, {"analysis": "plan B"})
 
 
 # ----------------------------------------------------------------------------- resume
@@ -121,6 +130,11 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     convergence.train_run(args, "gdpo", 0)
     run = json.loads((folder / "run.json").read_text())
     assert run["resumed_from"] == ["checkpoint-1"] and run["trained"]
+    # Where and when each start of training ran: the first, then the resumption.
+    assert [session["checkpoint"] for session in run["sessions"]] == [None, "checkpoint-1"]
+    for session in run["sessions"] + [run["eval_session"]]:
+        assert session["threads"] == 1 and session["cpu"] and session["logical_cpus"] >= 1
+        assert session["started_at"].endswith("Z") and len(session["load_average"]) == 3
     records = convergence.read_metrics(folder / "metrics.jsonl")
     assert [record["step"] for record in records] == [1, 2]
     assert records[0] == first[0]  # step 1 kept, not redone
@@ -129,6 +143,14 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     assert evaluation["bfcl_simple_python"]["rows"] == 1
 
     assert convergence.pending_runs(args) == []
+    # The cold start (step 0) is evaluated as a run's final policy is, once.
+    start = convergence.evaluate_cold_start(args)
+    cold = json.loads((start / "final_eval.json").read_text())
+    assert cold["test"]["rows"] == 2 and cold["bfcl_simple_python"]["rows"] == 1
+    assert json.loads((start / "run.json").read_text())["evaluated"] == str(tiny_model_dir)
+    stamp = (start / "final_eval.json").stat().st_mtime_ns
+    convergence.evaluate_cold_start(args)
+    assert (start / "final_eval.json").stat().st_mtime_ns == stamp
     stamp = (folder / "final_eval.json").stat().st_mtime_ns
     convergence.train_run(args, "gdpo", 0)  # finished: nothing is redone
     assert (folder / "final_eval.json").stat().st_mtime_ns == stamp
@@ -160,16 +182,19 @@ def test_steps_to_threshold_and_median_with_not_reached():
     assert convergence.median_steps([]) is None
 
 
-def test_bootstrap_interval_is_seeded():
+def test_paired_t_against_a_hand_computation():
     differences = [0.05, 0.10, -0.02, 0.07, 0.03]
-    low, high = convergence.bootstrap_interval(differences, seed=0)
-    assert (low, high) == convergence.bootstrap_interval(differences, seed=0)
-    assert low < np.mean(differences) < high
-    assert -0.02 <= low and high <= 0.10
-    assert convergence.bootstrap_interval([0.1, 0.1, 0.1]) == (
-        pytest.approx(0.1),
-        pytest.approx(0.1),
-    )
+    got = convergence.paired_t(differences)
+    # mean 0.046, s = 0.045056, s / sqrt(5) = 0.020149; t_{4, 0.975} = 2.776445
+    assert got["mean"] == pytest.approx(0.046)
+    assert got["t"] == pytest.approx(0.046 / 0.0201494, rel=1e-5)
+    assert got["low"] == pytest.approx(0.046 - 2.776445 * 0.0201494, abs=1e-6)
+    assert got["high"] == pytest.approx(0.046 + 2.776445 * 0.0201494, abs=1e-6)
+    assert got["p"] == pytest.approx(0.08451, abs=2e-4)  # two-sided, t = 2.2829, 4 df
+    assert got["n"] == 5
+    assert convergence.paired_t([0.1, 0.1, 0.1])["low"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="at least 2"):
+        convergence.paired_t([0.1])
 
 
 def test_median_band_ignores_missing_steps():
@@ -252,8 +277,11 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     # Final policy: the median over seeds, every seed's value (an unfinished one as "–").
     assert "| gdpo | 0.350 (0.30, 0.40, –) |" in text
     # Paired by seed, seeds both finished: 0.35 - 0.30 and 0.50 - 0.40.
-    low, high = convergence.bootstrap_interval([0.05, 0.10])
-    assert f"| test exact calls | 0.050 | 0.100 | – | 0.075 | [{low:.3f}, {high:.3f}] |" in text
+    # Range [0.05, 0.10]; t interval 0.075 ± t_{1, 0.975} 0.025 = 0.075 ± 12.706 x 0.025.
+    assert (
+        "| test exact calls | 0.050 | 0.100 | – | 0.075 | [0.050, 0.100] | [-0.243, 0.393] |"
+        in text
+    )
     assert "seed 1: +0" in text  # steps to 0.8, both reached on seed 1
     # Step times per seed (each seed ran on a machine of another speed); ratios paired by seed:
     # grpo's pooled median (15.0) over gdpo's (20.0) would read 0.75 though every pair is 1.

@@ -346,6 +346,7 @@ def test_saw_weights_are_the_steps_own_and_logged(tmp_path, estimator):
     steps = [line for line in lines if "loss" in line]
     names = trainer.reward_func_names
     assert len(steps) == len(trainer.batches) == 2  # one generation per optimizer step
+    opposite_shares = []
     for line, batch in zip(steps, trainer.batches, strict=True):
         # The pure function on the step's gathered rewards (the toys have NaN scores).
         expected = advantages.saw_weights(batch["rewards"])
@@ -371,11 +372,21 @@ def test_saw_weights_are_the_steps_own_and_logged(tmp_path, estimator):
         assert line["mrtpo/weighted_reward_std"] == pytest.approx(weighted.std().item(), rel=1e-5)
         assert line["reward"] == pytest.approx(static.mean().item(), rel=1e-5)
         assert abs(weighted.mean() - static.mean()) > 1e-3  # the two differ here
+        # The rows whose rewards' Ã_k have opposite signs, by hand from the step's rewards.
+        normalized = torch.nan_to_num(advantages.per_reward(rewards, 4))
+        opposite = [
+            any(a > 0 for a in row) and any(a < 0 for a in row) for row in normalized.tolist()
+        ]
+        assert line["mrtpo/opposite_sign_rows_share"] == pytest.approx(
+            sum(opposite) / len(opposite), abs=1e-7
+        )
+        opposite_shares.append(line["mrtpo/opposite_sign_rows_share"])
     # TRL's completions table holds the last batch's response advantages with SAW's weights.
     torch.testing.assert_close(
         torch.tensor(list(trainer._logs["advantages"])), response, rtol=1e-5, atol=1e-6
     )
     assert any(sum(line[f"mrtpo/reward_weight/{n}"] for n in names) > 2.9 for line in steps)
+    assert max(opposite_shares) > 0  # the toys' rewards do pull apart on some rows
     # The curves figure gets a second panel (taller) for the weights.
     width, height = png_size(Path(trainer.args.output_dir) / "curves.png")
     assert (width, height) == (700, 700)

@@ -149,6 +149,21 @@ def per_reward(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
     return ((grouped - mean_k) / (std_k + eps)).view(-1, num_rewards)
 
 
+def opposite_sign_rows(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+    """The rows where two rewards pull apart: some ``Ã_k > 0`` and some ``Ã_j < 0``, Tensor[N] bool.
+
+    These are the rows where GDPO's sum cancels credit that MRTPO can place on different
+    tokens (with two rewards: format and correctness disagree on the response).
+
+    Args:
+        rewards: Tensor[N, K], NaN where a reward gave no score.
+        group_size: G, rows per prompt; must divide N.
+        eps: added to the std (TRL: 1e-4), as in `per_reward`.
+    """
+    normalized = torch.nan_to_num(per_reward(rewards, group_size, eps=eps))
+    return (normalized > 0).any(dim=1) & (normalized < 0).any(dim=1)
+
+
 def _gdpo_parts(
     rewards: Tensor, group_size: int, weights: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:

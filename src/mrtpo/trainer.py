@@ -215,7 +215,7 @@ class MRTPOTrainer(GRPOTrainer):
         )
         response = batch_response[scored.local]
         output["advantages"] = response.to(output["advantages"].device)
-        self._log_trained_rewards(scored, reward_weights, batch_response)
+        self._log_trained_rewards(scored, reward_weights, batch_response, group_size)
         if not training:  # evaluation's loss needs no per-token credit: no replay
             return output
 
@@ -678,25 +678,33 @@ class MRTPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ metrics
 
     def _log_trained_rewards(
-        self, scored: ScoredBatch, reward_weights: torch.Tensor, batch_response: torch.Tensor
+        self,
+        scored: ScoredBatch,
+        reward_weights: torch.Tensor,
+        batch_response: torch.Tensor,
+        group_size: int,
     ) -> None:
         """What the trainer trains on, where TRL's own logs differ.
 
         TRL's completions table gets each response's advantage as this estimator computed it
         (TRL logged its own, from the static weights), and under per-step weights (SAW) the
         weighted reward sum_k c_k r_k with this step's c_k goes to `mrtpo/weighted_reward` (TRL's
-        `reward` uses the static weights).
+        `reward` uses the static weights). `mrtpo/opposite_sign_rows_share`: the rows where
+        rewards' Ã_k have opposite signs, where per-token credit can differ from GDPO's.
         """
         table = self._logs["advantages"]
         for _ in range(min(len(batch_response), len(table))):
             table.pop()
         table.extend(batch_response.tolist())
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        # From the gathered rewards: the same on every process, for every estimator.
+        opposite = advantages.opposite_sign_rows(scored.rewards, group_size, EPS)
+        metrics["mrtpo/opposite_sign_rows_share"].append(opposite.float().mean().item())
         if not self._weighting.per_step:
             return
         rewards = scored.rewards
         weighted = (rewards * reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
         weighted = weighted[~torch.isnan(rewards).all(dim=1)]  # unscorable rows left out, as TRL
-        metrics = self._metrics["train" if self.model.training else "eval"]
         metrics["mrtpo/weighted_reward"].append(weighted.mean().item())
         metrics["mrtpo/weighted_reward_std"].append(
             weighted.std().item() if weighted.numel() > 1 else 0.0
