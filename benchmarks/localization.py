@@ -719,7 +719,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((record["task"], record["kind"], record["mode"]), []).append(record)
     rows = []
     for (task, kind, mode), group in groups.items():
-        target, others, specificity, first, shuffled = [], [], [], [], []
+        target, others, specificity, first, shuffled, placebo = [], [], [], [], [], []
         for record in group:
             ratio = record["ratios"][record["target"]]
             if ratio is None:
@@ -740,6 +740,8 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             first.append(all(ratio > value for value in competitors))
             if record["shuffled"][record["target"]] is not None:
                 shuffled.append(record["shuffled"][record["target"]])
+            if (record.get("placebo") or {}).get(record["target"]) is not None:
+                placebo.append(record["placebo"][record["target"]])
         rows.append(
             {
                 "task": task,
@@ -758,6 +760,8 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "ranks_first": sum(first) / len(first) if first else None,
                 "shuffled_median": _median(shuffled),
                 "shuffled_above_one": _above_one(shuffled),
+                "placebo_median": _median(placebo),
+                "placebo_above_one": _above_one(placebo),
             }
         )
     return rows
@@ -816,8 +820,9 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The summary table (one row per task, kind and mode) as Markdown."""
     lines = [
         "| task | error | mode | failing reward | n | span tokens | ratio (median) | > 1 "
-        "| unconcerned ratio | specificity | ranks first | shuffled ratio | shuffled > 1 |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| unconcerned ratio | specificity | ranks first | shuffled ratio | shuffled > 1 "
+        "| placebo ratio | placebo > 1 |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
@@ -825,7 +830,8 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {_share(row['span_share'], 1)} | {_number(row['median'])} | {_share(row['above_one'])} "
             f"| {_number(row['unconcerned_median'])} | {_number(row['specificity_median'])} "
             f"| {_share(row['ranks_first'])} | {_number(row['shuffled_median'])} "
-            f"| {_share(row['shuffled_above_one'])} |"
+            f"| {_share(row['shuffled_above_one'])} "
+            f"| {_number(row.get('placebo_median'))} | {_share(row.get('placebo_above_one'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -860,8 +866,9 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
             (-0.2, "median", "failing reward", "tab:red"),
             (0.0, "unconcerned_median", "unconcerned rewards", "tab:blue"),
             (0.2, "shuffled_median", "failing reward, shuffled", "tab:gray"),
+            (0.3, "placebo_median", "failing reward, placebo", "tab:olive"),
         ):
-            values = [np.nan if row[key] is None else row[key] for row in here]
+            values = [np.nan if row.get(key) is None else row[key] for row in here]
             axes.scatter(x + offset, values, color=color, label=label, zorder=3)
         for position, row in zip(x, here, strict=True):
             if row["quartiles"] is not None:
@@ -895,10 +902,31 @@ def task_rows(task: Any, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def placebo_partners(injected: Sequence[Injected], seed: int) -> list[int | None]:
+    """For each injected response, the index of another one whose verifier information it is
+    replayed with in the placebo: a response of another row with as many rewards, the first such
+    after it in a seeded cyclic order (None when there is none)."""
+    order = list(range(len(injected)))
+    random.Random(seed).shuffle(order)
+    partners: list[int | None] = [None] * len(injected)
+    for position, index in enumerate(order):
+        for step in range(1, len(order)):
+            other = order[(position + step) % len(order)]
+            mine, theirs = injected[index], injected[other]
+            if mine.row.get("id", mine.row.get("key")) != theirs.row.get(
+                "id", theirs.row.get("key")
+            ) and len(mine.verdicts) == len(theirs.verdicts):
+                partners[index] = other
+                break
+    return partners
+
+
 def replay_injected(
     model: Any, tokenizer: Any, injected: Sequence[Injected], mode: str, seed: int
 ) -> list[dict[str, Any]]:
-    """Replay the injected responses (their text tokenized once, plus eos) and measure each."""
+    """Replay the injected responses (their text tokenized once, plus eos) and measure each;
+    then replay them again with another row's verifier information (`placebo_partners`) and
+    measure the failing reward's span ratio there (the placebo control)."""
     ids = [
         list(tokenizer(item.candidate.text, add_special_tokens=False)["input_ids"])
         + [tokenizer.eos_token_id]
@@ -910,6 +938,18 @@ def replay_injected(
         [item.row["prompt"] for item in injected],
         ids,
         [item.verdicts for item in injected],
+        mode=mode,
+    )
+    partners = placebo_partners(injected, seed)
+    placebo_distances = replay_rows(
+        model,
+        tokenizer,
+        [item.row["prompt"] for item in injected],
+        ids,
+        [
+            injected[p].verdicts if p is not None else item.verdicts
+            for item, p in zip(injected, partners, strict=True)
+        ],  # fmt: skip
         mode=mode,
     )
     records = []
@@ -924,7 +964,13 @@ def replay_injected(
         )
         in_span = credit_map.tokens_in_spans([item.candidate.span])
         record = measure(item, credit_map.distance, in_span, seed + index)
-        records.append({**record, "mode": mode, "row_id": str(item.row.get("id", item.row.get("key")))})  # fmt: skip
+        placebo = None
+        if partners[index] is not None:
+            # The same tokens (the credit map's cut of the replay) under another row's information.
+            cut = placebo_distances[index].numpy()[:, : credit_map.distance.shape[1]]
+            applicable = [verdict.score is not None for verdict in item.verdicts]
+            placebo = response_ratios(cut, in_span, item.names, applicable)
+        records.append({**record, "placebo": placebo, "mode": mode, "row_id": str(item.row.get("id", item.row.get("key")))})  # fmt: skip
     return records
 
 
@@ -996,7 +1042,10 @@ tokens (1 = uniform; *> 1*: the share of responses above 1). *unconcerned*: the 
 rewards whose verdict the error does not change (mean per response). *specificity*: failing
 minus unconcerned, per response. *ranks first*: the failing reward's ratio is the largest of
 the response's rewards. *shuffled*: the failing reward's distances permuted within the response
-(one permutation: the shuffle ablation's null). "–": no reward the error leaves alone.
+(one permutation: the shuffle ablation's null). *placebo*: the failing reward's ratio when the
+response is replayed with the verifier information of another row's response (as
+`replay_information="placebo"` trains). "–": no reward the error leaves alone (or, for the
+placebo, a response with no partner).
 """
 
 

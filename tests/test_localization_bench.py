@@ -179,15 +179,46 @@ def test_shuffled_distance_permutes_each_reward_within_the_response():
     assert np.array_equal(shuffled, localization.shuffled_distance(distance, seed=1))
 
 
+def test_placebo_partners_are_other_rows_with_as_many_rewards():
+    from types import SimpleNamespace
+
+    def item(row_id, rewards):
+        return SimpleNamespace(row={"id": row_id}, verdicts=[None] * rewards)
+
+    # Rows a and b each twice (two error kinds), c once, d with another number of rewards.
+    injected = [item("a", 3), item("a", 3), item("b", 3), item("b", 3), item("c", 3), item("d", 2)]
+    for seed in range(5):
+        partners = localization.placebo_partners(injected, seed)
+        assert partners == localization.placebo_partners(injected, seed)  # seeded
+        for index, partner in enumerate(partners[:5]):
+            assert partner is not None
+            assert injected[partner].row["id"] != injected[index].row["id"]
+            assert len(injected[partner].verdicts) == 3
+        assert partners[5] is None  # no other row with 2 rewards
+    assert localization.placebo_partners(injected, 0) != localization.placebo_partners(injected, 3)
+    assert localization.placebo_partners([item("a", 3), item("a", 3)], 0) == [None, None]
+
+
 def test_benchmark_runs_end_to_end_on_the_tiny_model(tiny, tmp_path, one_torch_thread):
     model, tokenizer = tiny
-    args = localization.parse_args(["--n", "1", "--tasks", "sql", "--out", str(tmp_path)])
+    # Two rows per kind, so that each response has another row's information for the placebo.
+    args = localization.parse_args(["--n", "2", "--tasks", "sql", "--out", str(tmp_path)])
     result = localization.run(args, model, tokenizer)
     localization.write_outputs(result, tmp_path)
-    assert len(result["records"]) == 4 * 2  # four SQL kinds, two replay modes
+    assert len(result["records"]) == 4 * 2 * 2  # four SQL kinds, two rows, two replay modes
+    moved = 0
     for record in result["records"]:
         assert set(record["ratios"]) == set(SQL_REWARDS)
         assert record["span_tokens"] >= 1
+        # The placebo: the same response under another row's information, other distances.
+        assert set(record["placebo"]) == set(record["ratios"])
+        moved += any(
+            record["placebo"][name] is not None
+            and abs(record["placebo"][name] - (record["ratios"][name] or 0.0)) > 1e-6
+            for name in record["ratios"]
+        )
+    assert moved >= 4
+    assert all(row["placebo_median"] is not None for row in result["summary"])
     assert [(row["kind"], row["mode"]) for row in result["summary"]][:2] == [
         ("wrong_value", "leave_one_out"),
         ("misspelled_name", "leave_one_out"),
@@ -195,6 +226,7 @@ def test_benchmark_runs_end_to_end_on_the_tiny_model(tiny, tmp_path, one_torch_t
     for name in ("localization.md", "localization.png", "localization.json"):
         assert (tmp_path / name).stat().st_size > 0
     markdown = (tmp_path / "localization.md").read_text()
-    assert "| sql | extra_tag | add_one | sql_format | 1 |" in markdown
+    assert "| sql | extra_tag | add_one | sql_format | 2 |" in markdown
+    assert "| placebo ratio | placebo > 1 |" in markdown
     localization.main(["--report", "--out", str(tmp_path)])  # from the JSON alone
     assert (tmp_path / "localization.md").read_text() == markdown
