@@ -185,6 +185,8 @@ def reading(tests: Sequence[Mapping[str, Any]], complete: bool) -> str:
         for _, second in CONTRASTS
     }
     prefix = "" if complete else "**Interim (the grid is not complete; not the result):** "
+    if not any(t["test"] for t in tests):
+        return prefix + "no contrast has two seeds with both runs finished yet."
     gdpo, placebo, shuffled = differs["gdpo"], differs["mrtpo_placebo"], differs["mrtpo_shuffled"]
     if gdpo and placebo and shuffled:
         text = "MRTPO differs from GDPO, from the placebo and from the shuffled weights: the verifier's own information placing credit matters."
@@ -477,7 +479,8 @@ def plot_curves(
         axes.set_title(name)
         axes.set_xticks(range(0, STEPS + 1, 5))
         axes.grid(alpha=0.3)
-        axes.legend(fontsize="small")
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, format="png")
 
@@ -499,7 +502,8 @@ def plot_diagnostics(runs: Mapping[str, Mapping[int, Any]], path: Path) -> None:
         axes.set_title(label)
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
-        axes.legend(fontsize="small")
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, format="png")
 

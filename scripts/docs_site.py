@@ -424,6 +424,8 @@ def on_files(files: Any, config: Any) -> Any:
     for pattern in EXTERNAL:
         for path in sorted(ROOT.glob(pattern)):
             uri = path.relative_to(ROOT).as_posix()
+            if "checkpoints" in path.relative_to(ROOT).parts:
+                continue  # git-ignored training output (TRL's model cards) of a study in progress
             if files.get_file_from_path(uri) is None:
                 files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files

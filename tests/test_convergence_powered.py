@@ -115,6 +115,9 @@ def test_primary_tests_by_hand_and_the_reading():
     assert text.startswith("MRTPO differs from none")
     assert f"tool_format [{low:+.3f}, {high:+.3f}]" in text
 
+    nothing = powered.primary_tests({m: {} for m in powered.METHODS})
+    assert powered.reading(nothing, complete=False).endswith("no contrast has two seeds with both runs finished yet.")  # fmt: skip
+
     best = powered.primary_tests(synthetic_runs({"mrtpo": 0.1}))
     assert powered.reading(best, complete=True).startswith(
         "MRTPO differs from GDPO, from the placebo and from the shuffled weights"
