@@ -825,12 +825,11 @@ def plot_replay(data: Mapping[str, Any], names: Sequence[str], path: Path) -> bo
     return drawn
 
 
-def _cell(value: float | None, digits: int = 3) -> str:
-    return (
-        "–"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else f"{value:.{digits}f}"
-    )
+def _cell(value: float | None, digits: int = 3, sign: bool = False) -> str:
+    """A table cell: the value to `digits` places (with its sign when `sign`), "–" when absent."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
 def _steps_done(run: Mapping[str, Any]) -> int:

@@ -314,12 +314,6 @@ def power_markdown(power: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------- the report
 
 
-def _cell(value: float | None, digits: int = 3, sign: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
-
-
 def primary_table(tests: Sequence[Mapping[str, Any]]) -> str:
     seeds = sorted({seed for t in tests for seed in t["differences"]})
     lines = [
@@ -329,7 +323,7 @@ def primary_table(tests: Sequence[Mapping[str, Any]]) -> str:
         "|---|---|" + "---:|" * (len(seeds) + 5) + "---|",
     ]
     for t in tests:
-        cells = [_cell(t["differences"].get(s), sign=True) for s in seeds]
+        cells = [convergence._cell(t["differences"].get(s), sign=True) for s in seeds]
         test = t["test"]
         summary = (
             f"{test['n']} | {test['mean']:+.3f} | [{test['low']:+.3f}, {test['high']:+.3f}] "
@@ -363,8 +357,8 @@ def per_method_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
             )
             lines.append(
                 f"| {method} | {seed} | {convergence._steps_done(run)} "
-                f"| {_cell(auc(run['records'], ENDPOINTS[0]))} "
-                f"| {_cell(auc(run['records'], ENDPOINTS[1]))} | {cell} |"
+                f"| {convergence._cell(auc(run['records'], ENDPOINTS[0]))} "
+                f"| {convergence._cell(auc(run['records'], ENDPOINTS[1]))} | {cell} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -395,8 +389,14 @@ def secondary_table(data: Mapping[str, Any], cold_start: Mapping[str, Any] | Non
         cells = []
         for seeds in runs.values():
             values = [v for v in (value(run) for run in seeds.values()) if v is not None]
-            cells.append(f"{_cell(float(np.median(values)) if values else None)} (n={len(values)})")
-        lines.append(f"| {label} | {_cell(start) if column else '0'} | " + " | ".join(cells) + " |")
+            cells.append(
+                f"{convergence._cell(float(np.median(values)) if values else None)} (n={len(values)})"
+            )
+        lines.append(
+            f"| {label} | {convergence._cell(start) if column else '0'} | "
+            + " | ".join(cells)
+            + " |"
+        )
     lines += ["", "| contrast | metric | n | mean | 95% t interval |", "|---|---|---:|---:|---:|"]
     for first, second in CONTRASTS:
         for label, value in metrics:
@@ -440,7 +440,9 @@ def diagnostics_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
             if all(cell is None for cell in cells):
                 continue
             lines.append(
-                f"| {method} | {start}-{end} | " + " | ".join(_cell(c) for c in cells) + " |"
+                f"| {method} | {start}-{end} | "
+                + " | ".join(convergence._cell(c) for c in cells)
+                + " |"
             )
     return "\n".join(lines) + "\n"
 

@@ -902,6 +902,11 @@ def task_rows(task: Any, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def row_id(row: Mapping[str, Any]) -> str:
+    """A task row's identifier: `id` where the task has one (SQL, tools), else `key` (IFEval)."""
+    return str(row.get("id", row.get("key")))
+
+
 def placebo_partners(injected: Sequence[Injected], seed: int) -> list[int | None]:
     """For each injected response, the index of another one whose verifier information it is
     replayed with in the placebo: a response of another row with as many rewards, the first such
@@ -913,9 +918,9 @@ def placebo_partners(injected: Sequence[Injected], seed: int) -> list[int | None
         for step in range(1, len(order)):
             other = order[(position + step) % len(order)]
             mine, theirs = injected[index], injected[other]
-            if mine.row.get("id", mine.row.get("key")) != theirs.row.get(
-                "id", theirs.row.get("key")
-            ) and len(mine.verdicts) == len(theirs.verdicts):
+            if row_id(mine.row) != row_id(theirs.row) and len(mine.verdicts) == len(
+                theirs.verdicts
+            ):
                 partners[index] = other
                 break
     return partners
@@ -970,7 +975,7 @@ def replay_injected(
             cut = placebo_distances[index].numpy()[:, : credit_map.distance.shape[1]]
             applicable = [verdict.score is not None for verdict in item.verdicts]
             placebo = response_ratios(cut, in_span, item.names, applicable)
-        records.append({**record, "placebo": placebo, "mode": mode, "row_id": str(item.row.get("id", item.row.get("key")))})  # fmt: skip
+        records.append({**record, "placebo": placebo, "mode": mode, "row_id": row_id(item.row)})
     return records
 
 
