@@ -432,14 +432,22 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         record["trained"] = True
         _write_json(folder / RUN_FILE, record)
     if evaluate:
-        record["eval_session"] = machine(args)
-        started, cpu_started = time.perf_counter(), time.process_time()
-        result = evaluate_policy(args, checkpoints)
-        record["eval_seconds"] = time.perf_counter() - started
-        record["eval_cpu_seconds"] = time.process_time() - cpu_started
-        _write_json(folder / RUN_FILE, record)
-        _write_json(folder / EVAL_FILE, result)
+        timed_evaluation(args, checkpoints, folder, record)
     return folder
+
+
+def timed_evaluation(
+    args: argparse.Namespace, model: Path, folder: Path, record: dict[str, Any]
+) -> None:
+    """Evaluate `model` as the study evaluates every policy: `record` gains the machine and the
+    wall and CPU seconds and goes to `folder`'s run.json, the result to its final_eval.json."""
+    record["eval_session"] = machine(args)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = evaluate_policy(args, model)
+    record["eval_seconds"] = time.perf_counter() - started
+    record["eval_cpu_seconds"] = time.process_time() - cpu_started
+    _write_json(folder / RUN_FILE, record)
+    _write_json(folder / EVAL_FILE, result)
 
 
 def cold_start_eval_dir(args: argparse.Namespace) -> Path:
@@ -452,13 +460,7 @@ def evaluate_cold_start(args: argparse.Namespace) -> Path:
     folder = cold_start_eval_dir(args)
     if (folder / EVAL_FILE).is_file():
         return folder
-    record = {"evaluated": str(cold_start_dir(args)), "eval_session": machine(args)}
-    started, cpu_started = time.perf_counter(), time.process_time()
-    result = evaluate_policy(args, cold_start_dir(args))
-    record["eval_seconds"] = time.perf_counter() - started
-    record["eval_cpu_seconds"] = time.process_time() - cpu_started
-    _write_json(folder / RUN_FILE, record)
-    _write_json(folder / EVAL_FILE, result)
+    timed_evaluation(args, cold_start_dir(args), folder, {"evaluated": str(cold_start_dir(args))})
     return folder
 
 

@@ -301,11 +301,10 @@ def power_markdown(power: Mapping[str, Any]) -> str:
     ]
     for name in ENDPOINTS:
         part = power[name]
-        measured = part["measured_difference_sd"]
         lines.append(
             f"| {name} | {part['gdpo_slope_per_step']:.4f} | {part['paper_sized_auc_effect']:.3f} "
             f"| {part['pooled_auc_sd']:.3f} ({part['pooled_degrees_of_freedom']}) "
-            f"| {part['difference_sd']:.3f} | {'–' if measured is None else f'{measured:.3f}'} "
+            f"| {part['difference_sd']:.3f} | {convergence._cell(part['measured_difference_sd'])} "
             f"| {part['power']['alpha_0.05']:.2f} | {part['power']['alpha_0.05/6']:.2f} |"
         )
     return "\n".join(lines) + "\n"
