@@ -144,3 +144,22 @@ def test_plain_model_ties_only_an_output_matrix_equal_to_the_embedding():
     assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()
     with torch.no_grad():
         assert torch.equal(tied(ids).logits, expected)
+
+
+def test_untrained_token_ids_finds_zero_and_twin_rows_only():
+    model, _ = tiny_model_and_tokenizer(seed=0)
+    # An untied output matrix (the tiny model ties it), so each matrix is checked on its own.
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    embedding = model.get_input_embeddings().weight
+    output = model.get_output_embeddings().weight
+    with torch.no_grad():
+        embedding[7] = embedding[5]  # a twin in the input matrix
+        embedding[9] = 0.0  # an all-zero row
+        output[11] = output[40]  # a twin in the output matrix only
+        embedding[12] = embedding[12] + 1e-6 * torch.ones_like(embedding[12])  # trained: unique
+    assert models.untrained_token_ids(model, range(1, 41)) == [5, 7, 9, 11, 40]
+    # Only the ids asked about are reported; ids past the vocabulary are ignored.
+    assert models.untrained_token_ids(model, [9, 12, 13, 10**6]) == [9]
+    fresh, _ = tiny_model_and_tokenizer(seed=0)
+    # Row 0 is the padding row, zero by construction: untrained, rightly reported.
+    assert models.untrained_token_ids(fresh, range(len(fresh.get_input_embeddings().weight))) == [0]

@@ -12,6 +12,7 @@ response, so TRL puts the loss on the completion only. `mrtpo sft` and the demo 
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,32 @@ def build_sft_trainer(
         raise FileNotFoundError(f"data path {data!r} does not exist")
     dataset = cold_start_dataset(task_object, split, data, max_train_examples, config.seed)
     model, tokenizer = load_model(model_name_or_path)
+    warn_untrained_tokens(model, tokenizer, dataset)
     return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
+
+
+def warn_untrained_tokens(model: Any, tokenizer: Any, dataset: Any) -> list[int]:
+    """Warn when the references use tokens whose embedding rows were never trained (a model
+    that cannot write them; `mrtpo.models.untrained_token_ids`); returns those ids."""
+    from mrtpo.models import untrained_token_ids
+
+    used = {
+        token_id
+        for row in dataset
+        for token_id in tokenizer(row["completion"][0]["content"], add_special_tokens=False)[
+            "input_ids"
+        ]
+    }
+    untrained = untrained_token_ids(model, used)
+    if untrained:
+        names = ", ".join(f"{tokenizer.convert_ids_to_tokens(i)!r} ({i})" for i in untrained)
+        warnings.warn(
+            f"the references use tokens whose embedding rows this model never trained: {names}. "
+            "The model gives them almost no probability, and a few fine-tuning steps at a small "
+            "learning rate do not teach it to write them (docs/results/embedded-models.md)",
+            stacklevel=2,
+        )
+    return untrained
 
 
 def run_sft(trainer: Any, task: str) -> Path:

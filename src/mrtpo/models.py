@@ -18,7 +18,7 @@ import importlib.metadata
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -349,3 +349,36 @@ def load_model(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def untrained_token_ids(model: Any, token_ids: Iterable[int]) -> list[int]:
+    """The ids among `token_ids` whose input or output embedding row was never trained: the row is
+    all zeros or exactly equals another token's row (training never leaves two rows identical).
+
+    Released models ship such rows for tokens their training never used: Qwen2.5-Coder-0.5B-
+    Instruct's `<tool_call>` and `</tool_call>` share one vector with a dozen other tokens, so
+    the model cannot write the tags (log p -24.6 where a call begins) and a short cold start
+    does not teach it to (docs/results/embedded-models.md).
+    """
+    ids = sorted({int(token_id) for token_id in token_ids})
+    matrices = {
+        id(m.weight): m.weight
+        for m in (model.get_input_embeddings(), model.get_output_embeddings())
+        if m is not None
+    }
+    flagged: set[int] = set()
+    for weight in matrices.values():
+        rows = weight.detach()
+        # Identical rows have identical sums: compare exactly only where the sums collide.
+        sums = rows.sum(dim=1, dtype=torch.float64)
+        for token_id in ids:
+            if token_id >= rows.shape[0] or token_id in flagged:
+                continue
+            row = rows[token_id]
+            if not bool(row.any()):
+                flagged.add(token_id)
+                continue
+            twins = (sums == sums[token_id]).nonzero().flatten().tolist()
+            if any(j != token_id and torch.equal(rows[j], row) for j in twins):
+                flagged.add(token_id)
+    return sorted(flagged)
