@@ -31,7 +31,9 @@ def test_the_design_reaches_the_trainer_config(tmp_path):
         assert (config.mrtpo_beta, config.mrtpo_warmup_steps) == (1.0, 2)
         assert config.shuffle_token_weights == (method == "mrtpo_shuffled")
         assert config.replay_information == ("placebo" if method == "mrtpo_placebo" else "own")
-    # Seeds outer, methods inner: the methods of a seed run back to back.
+    # Seeds outer, methods inner: the methods of a seed run back to back (in an empty results
+    # folder: the real one holds the runs finished so far).
+    args.results = str(tmp_path / "empty")
     pending = convergence.pending_runs(args)
     assert pending[:5] == [("gdpo", 0), ("mrtpo", 0), ("mrtpo_shuffled", 0), ("mrtpo_placebo", 0), ("gdpo", 1)]  # fmt: skip
 
