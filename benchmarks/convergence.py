@@ -12,8 +12,10 @@ policy on the bundled test split, sampled, and on BFCL v4 simple_python, greedy)
 (settings, wall time, resumptions); TRL's checkpoints go into its `checkpoints/` subfolder,
 which git ignores. Rerunning skips finished runs and resumes an unfinished one from its last
 checkpoint (saved every `--save_steps` steps). Runs go `--jobs` at a time, each in its own
-process with `--threads` torch threads. `--report` (also run after the grid) regenerates
-`benchmarks/results/convergence/README.md` and its figures from the results files alone.
+process with `--threads` torch threads; a second grid process started beside the first takes
+the runs the first has not locked (`run_lock`), so a lane freed later can join. `--report`
+(also run after the grid) regenerates `benchmarks/results/convergence/README.md` and its
+figures from the results files alone.
 
 Training rows: the bundled train split's rows whose reference response fits in the completion
 length with 16 tokens to spare (`--max_reference_tokens`; the same rule picks the test rows), so
@@ -29,6 +31,8 @@ hours of two CPU cores (`benchmarks/README.md`, "Convergence").
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -289,7 +293,13 @@ def write_study_data(args: argparse.Namespace, tokenizer: Any) -> Path:
         ):
             target.parent.mkdir(parents=True, exist_ok=True)
             rows = [row for row in read_json_lines(source) if row["id"] in keep]
-            target.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+            text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+            # A second grid process rewrites the files its first is training from: same rows,
+            # replaced whole, never truncated under a reader.
+            if not target.is_file() or target.read_text() != text:
+                temporary = target.with_name(target.name + ".tmp")
+                temporary.write_text(text)
+                os.replace(temporary, target)
     return folder
 
 
@@ -328,6 +338,26 @@ def is_finished(folder: Path, evaluate: bool) -> bool:
     if evaluate:
         return (folder / EVAL_FILE).is_file()
     return bool((_read_json(folder / RUN_FILE) or {}).get("trained"))
+
+
+@contextlib.contextmanager
+def run_lock(folder: Path, wait: bool = False) -> Any:
+    """Yields whether this process holds `folder`'s run lock (an exclusive flock on
+    `checkpoints/run.lock`, released when the process ends however it ends): a run is trained
+    and evaluated by one grid process at a time. `wait`: block until the lock is free (the
+    cold start, which every process needs) instead of yielding False at once."""
+    path = folder / CHECKPOINTS / "run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def machine(args: argparse.Namespace) -> dict[str, Any]:
@@ -647,13 +677,20 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker == ["cold_start"]:
         from transformers import AutoTokenizer
 
-        write_study_data(args, AutoTokenizer.from_pretrained(build_cold_start(args)))
+        with run_lock(task_root(args) / "data", wait=True):
+            write_study_data(args, AutoTokenizer.from_pretrained(build_cold_start(args)))
         return
     if args.worker == [COLD_START_EVAL]:
-        evaluate_cold_start(args)
+        with run_lock(cold_start_eval_dir(args)) as held:
+            if held:
+                evaluate_cold_start(args)
         return
     method, seed = args.worker
-    train_run(args, method, int(seed))
+    with run_lock(run_dir(args, method, int(seed))) as held:
+        if not held:
+            print(f"{method} seed {seed}: another grid process has it; skipped", flush=True)
+            return
+        train_run(args, method, int(seed))
 
 
 # ----------------------------------------------------------------------------- the report

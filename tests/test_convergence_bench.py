@@ -72,6 +72,52 @@ def test_seeds_per_method_and_pending_order(tmp_path):
     assert convergence.pending_runs(args) == [("gdpo", 0), ("mrtpo", 1)]
 
 
+def test_a_run_locked_by_another_process_is_skipped_then_free(tmp_path):
+    import subprocess
+
+    folder = tmp_path / "gdpo" / "seed0"
+    holder = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); import convergence; from pathlib "
+        "import Path\nwith convergence.run_lock(Path(sys.argv[2])) as held:\n"
+        "    print(held, flush=True); time.sleep(30)"
+    )
+    benchmarks = str(Path(convergence.__file__).parent)
+    other = subprocess.Popen(
+        [sys.executable, "-c", holder, benchmarks, str(folder)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout.readline().strip() == "True"
+        with convergence.run_lock(folder) as held:
+            assert held is False
+    finally:
+        other.kill()
+        other.wait()
+    # The lock dies with its process: the run is free again, and held while inside.
+    with convergence.run_lock(folder) as held:
+        assert held is True
+        with convergence.run_lock(folder) as again:  # another open file description
+            assert again is False
+    assert (folder / convergence.CHECKPOINTS / "run.lock").is_file()
+
+
+def test_study_data_is_left_alone_when_unchanged_and_replaced_whole_otherwise(
+    tmp_path, tiny_model_dir
+):
+    args = convergence.parse_args(study_args(tmp_path, "--max_reference_tokens", "100000"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    train = convergence.write_study_data(args, tokenizer) / "train.jsonl"
+    rows = train.read_text().splitlines()
+    assert len(rows) > 1 and all(json.loads(row)["id"] for row in rows)
+    # A second grid process writing the same rows does not touch the file a run is reading.
+    before = train.stat().st_mtime_ns
+    convergence.write_study_data(args, tokenizer)
+    assert train.stat().st_mtime_ns == before
+    train.write_text(rows[0] + "\n")
+    convergence.write_study_data(args, tokenizer)
+    assert train.read_text().splitlines() == rows
+    assert not list(train.parent.glob("*.tmp"))
+
+
 def test_a_study_refuses_other_settings_in_the_same_folder(tmp_path):
     convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "5")))
     with pytest.raises(SystemExit, match="steps"):
