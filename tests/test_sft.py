@@ -260,3 +260,83 @@ def test_references_using_untrained_rows_are_warned_about(capitals):
         model.get_output_embeddings().weight[token_id] = 0.0
     with pytest.warns(UserWarning, match=rf"never trained: .*\({token_id}\)"):
         assert cold_start.warn_untrained_tokens(model, tokenizer, dataset) == [token_id]
+
+
+def untied_tiny_model(vocab_size: int):
+    """The tiny Llama with its own output matrix (as the converted Qwen2.5-Coder-0.5B has)."""
+    from transformers import LlamaForCausalLM
+
+    from mrtpo.testing import tiny_model
+
+    config = tiny_model(vocab_size).config
+    config.tie_word_embeddings = False
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("method", ["fit", "mean"])
+def test_untrained_rows_are_initialized_so_the_references_can_be_written(capitals, method):
+    from mrtpo.models import untrained_token_ids
+    from mrtpo.testing import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    model = untied_tiny_model(len(tokenizer))
+    dataset = cold_start.cold_start_dataset(capitals, max_examples=4)
+    token_id = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)[
+        "input_ids"
+    ][0]
+    inputs, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    with torch.no_grad():  # as released: a zero output row and an input row shared with a twin
+        outputs.mul_(30.0)  # a peaked next-token distribution, as a trained model has
+        outputs[token_id] = 0.0
+        inputs[token_id] = inputs[token_id + 1]
+    assert untrained_token_ids(model, [token_id]) == [token_id]
+    untouched = inputs.detach().clone(), outputs.detach().clone()
+
+    figures = cold_start.initialize_untrained_rows(model, tokenizer, dataset, [token_id], method)
+
+    before, after = figures[token_id]
+    others = torch.arange(len(tokenizer)) != token_id
+    assert torch.equal(inputs[others], untouched[0][others])  # no other row moves
+    assert torch.equal(outputs[others], untouched[1][others])
+    torch.testing.assert_close(inputs[token_id], untouched[0][others].mean(dim=0))
+    assert untrained_token_ids(model, [token_id]) == []
+    # Log p where the references write the token, measured independently of the function.
+    prompt = render_prompt_ids(tokenizer, [dataset[0]["prompt"]])[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + [token_id]])).logits[0]
+    log_p = torch.log_softmax(logits, dim=-1)
+    best_other = float(log_p[len(prompt) - 1, others].max())
+    if method == "mean":
+        torch.testing.assert_close(outputs[token_id], untouched[1][others].mean(dim=0))
+        assert abs(after - before) < 1.0  # about the average logit: still not writable
+    else:
+        # As likely as the model's best other choice where the references write it...
+        assert after > before + 5.0, (before, after)
+        assert abs(float(log_p[len(prompt) - 1, token_id]) - best_other) < 1.0
+        # ...and not elsewhere: at the prompt's other positions it stays rare.
+        elsewhere = log_p[: len(prompt) - 1, token_id].exp()
+        assert float(elsewhere.mean()) < 0.02 and float(elsewhere.max()) < 0.2
+
+
+def test_sft_fits_untrained_rows_by_default_and_keep_only_warns(capitals, monkeypatch, tmp_path):
+    from mrtpo.testing import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    model = untied_tiny_model(len(tokenizer))
+    dataset = cold_start.cold_start_dataset(capitals, max_examples=2)
+    token_id = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)[
+        "input_ids"
+    ][0]
+    with torch.no_grad():
+        model.get_output_embeddings().weight[token_id] = 0.0
+    monkeypatch.setattr(tasks, "get", lambda name: capitals)
+    monkeypatch.setattr("mrtpo.models.load_model", lambda name: (model, tokenizer))
+    config = cold_start.sft_config(output_dir=str(tmp_path), max_steps=1, use_cpu=True)
+    with pytest.warns(UserWarning, match="never trained"):
+        cold_start.build_sft_trainer("capitals", "tiny", config, untrained_tokens="keep")
+    assert not model.get_output_embeddings().weight[token_id].any()
+    cold_start.build_sft_trainer("capitals", "tiny", config)
+    assert model.get_output_embeddings().weight[token_id].any()
+    with pytest.raises(ValueError, match="untrained_tokens must be one of"):
+        cold_start.build_sft_trainer("capitals", "tiny", config, untrained_tokens="zero")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.cli_options import TaskArguments
-from mrtpo.cold_start import SFT_DEFAULTS, build_sft_trainer, run_sft
+from mrtpo.cold_start import SFT_DEFAULTS, UNTRAINED_TOKEN_CHOICES, build_sft_trainer, run_sft
 
 
 @dataclass
@@ -27,6 +27,15 @@ class SFTArguments(TaskArguments):
     split: str = field(default="train", metadata={"help": "Which split holds the references."})
     max_train_examples: int | None = field(
         default=64, metadata={"help": "Number of demonstrations (the first N after shuffling)."}
+    )
+    untrained_tokens: str = field(
+        default="fit",
+        metadata={
+            "help": "Embedding rows the model never trained that the references use (e.g. "
+            "Qwen2.5-Coder-0.5B's <tool_call>): 'fit' the output row to the references, 'mean' "
+            "(the mean row), or 'keep' them and only warn.",
+            "choices": UNTRAINED_TOKEN_CHOICES,
+        },
     )
 
 
