@@ -529,9 +529,15 @@ def write_report(results: Path = RESULTS) -> Path:
     )
     plot_curves(runs, cold_start, results / "curves.png")
     plot_diagnostics(runs, results / "diagnostics.png")
-    done = sum(
-        convergence._steps_done(run) >= STEPS for seeds in runs.values() for run in seeds.values()
-    )
+    trained = [
+        run
+        for seeds in runs.values()
+        for run in seeds.values()
+        if convergence._steps_done(run) >= STEPS
+    ]
+    # Finished = trained and evaluated; a run being evaluated is trained, not finished.
+    done = sum(bool(run["eval"]) for run in trained)
+    evaluating = len(trained) - done
     methods = "\n".join(
         f"- `{m}`: `{json.dumps(o, sort_keys=True)}`" for m, o in study["methods"].items()
     )
@@ -551,8 +557,9 @@ overrides; the MRTPO variants at β = 1 after a 2-step warm-up):
 
 {methods}
 
-Progress: {done} of {len(METHODS) * len(SEEDS)} runs trained; the cold start
-{"evaluated" if cold_start else "not evaluated yet"}.
+Progress: {done} of {len(METHODS) * len(SEEDS)} runs finished (trained and evaluated){
+        f", {evaluating} more trained and not yet evaluated" if evaluating else ""
+    }; the cold start {"evaluated" if cold_start else "not evaluated yet"}.
 
 ## The analysis, as pre-registered
 

@@ -197,12 +197,17 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
                        "difference_sd": 0.03, "measured_difference_sd": None,
                        "power": {"alpha_0.05": 0.99, "alpha_0.05/6": 0.9}}  # fmt: skip
     write_study(tmp_path, runs, cold, power)
+    # A run trained and being evaluated: trained, not finished.
+    (tmp_path / "tool_calling" / "gdpo" / "seed4" / "final_eval.json").unlink()
     path = powered.write_report(tmp_path)
     text = path.read_text()
     assert powered.PREREGISTRATION in text
     assert text.index("## The analysis, as pre-registered") < text.index("## Result")
     assert "**Interim (the grid is not complete; not the result):** MRTPO differs from GDPO but not from the placebo" in text  # fmt: skip
-    assert "Progress: 23 of 24 runs trained" in text
+    assert (
+        "Progress: 22 of 24 runs finished (trained and evaluated), 1 more trained and not yet "
+        "evaluated; the cold start evaluated." in " ".join(text.split())
+    )
     assert "| mrtpo - mrtpo_shuffled | tool_format |" in text and "| 5 |" in text  # 5 seeds
     assert "| test format rate | 0.200 |" in text  # the cold start beside the methods
     assert (tmp_path / "curves.png").stat().st_size > 0
