@@ -12,7 +12,7 @@ from mrtpo.commands import sft
 from mrtpo.generation import render_prompt_ids
 from mrtpo.models import load_model
 from mrtpo.tasks.base import Task
-from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.testing import tiny_model, tiny_model_and_tokenizer, tiny_tokenizer
 from mrtpo.verifiers import Verdict, Verifier
 
 
@@ -262,25 +262,12 @@ def test_references_using_untrained_rows_are_warned_about(capitals):
         assert cold_start.warn_untrained_tokens(model, tokenizer, dataset) == [token_id]
 
 
-def untied_tiny_model(vocab_size: int):
-    """The tiny Llama with its own output matrix (as the converted Qwen2.5-Coder-0.5B has)."""
-    from transformers import LlamaForCausalLM
-
-    from mrtpo.testing import tiny_model
-
-    config = tiny_model(vocab_size).config
-    config.tie_word_embeddings = False
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config).eval()
-
-
 @pytest.mark.parametrize("method", ["fit", "mean"])
 def test_untrained_rows_are_initialized_so_the_references_can_be_written(capitals, method):
     from mrtpo.models import untrained_token_ids
-    from mrtpo.testing import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
-    model = untied_tiny_model(len(tokenizer))
+    model = tiny_model(len(tokenizer), tied=False)
     dataset = cold_start.cold_start_dataset(capitals, max_examples=4)
     token_id = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)[
         "input_ids"
@@ -320,10 +307,8 @@ def test_untrained_rows_are_initialized_so_the_references_can_be_written(capital
 
 
 def test_sft_fits_untrained_rows_by_default_and_keep_only_warns(capitals, monkeypatch, tmp_path):
-    from mrtpo.testing import tiny_tokenizer
-
     tokenizer = tiny_tokenizer()
-    model = untied_tiny_model(len(tokenizer))
+    model = tiny_model(len(tokenizer), tied=False)
     dataset = cold_start.cold_start_dataset(capitals, max_examples=2)
     token_id = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)[
         "input_ids"

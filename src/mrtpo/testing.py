@@ -73,8 +73,10 @@ def tiny_model(
     num_layers: int = 2,
     num_heads: int = 4,
     max_positions: int = 2048,
+    tied: bool = True,
 ) -> LlamaForCausalLM:
-    """A small Llama with seeded random weights."""
+    """A small Llama with seeded random weights; `tied=False` gives it its own output matrix
+    (as the converted Qwen2.5-Coder-0.5B has)."""
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -83,7 +85,7 @@ def tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
         max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
