@@ -550,7 +550,8 @@ folder. The study (resumable; rerun to finish what is unfinished):
     {study["command"]}
 
 Settings shared by every run: {settings["prompts"]} prompts x {settings["generations"]} completions
-per step, {settings["max_completion_length"]} new tokens, learning rate {settings["learning_rate"]:g},
+per step, {settings["max_completion_length"]} new tokens, learning rate {
+        settings["learning_rate"]:g},
 {settings["steps"]} steps, from the cold start of {settings["model_name_or_path"]}
 ({settings["sft_max_steps"]} SFT steps); device {settings["device"]}. Methods (`MRTPOConfig`
 overrides; the MRTPO variants at β = 1 after a 2-step warm-up):
