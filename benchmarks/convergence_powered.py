@@ -538,6 +538,11 @@ def write_report(results: Path = RESULTS) -> Path:
     # Finished = trained and evaluated; a run being evaluated is trained, not finished.
     done = sum(bool(run["eval"]) for run in trained)
     evaluating = len(trained) - done
+    progress = (
+        f"{done} of {len(METHODS) * len(SEEDS)} runs finished (trained and evaluated)"
+        + (f", {evaluating} more trained and not yet evaluated" if evaluating else "")
+        + f"; the cold start {'evaluated' if cold_start else 'not evaluated yet'}"
+    )
     methods = "\n".join(
         f"- `{m}`: `{json.dumps(o, sort_keys=True)}`" for m, o in study["methods"].items()
     )
@@ -550,17 +555,14 @@ folder. The study (resumable; rerun to finish what is unfinished):
     {study["command"]}
 
 Settings shared by every run: {settings["prompts"]} prompts x {settings["generations"]} completions
-per step, {settings["max_completion_length"]} new tokens, learning rate {
-        settings["learning_rate"]:g},
+per step, {settings["max_completion_length"]} new tokens, learning rate {settings["learning_rate"]:g},
 {settings["steps"]} steps, from the cold start of {settings["model_name_or_path"]}
 ({settings["sft_max_steps"]} SFT steps); device {settings["device"]}. Methods (`MRTPOConfig`
 overrides; the MRTPO variants at β = 1 after a 2-step warm-up):
 
 {methods}
 
-Progress: {done} of {len(METHODS) * len(SEEDS)} runs finished (trained and evaluated){
-        f", {evaluating} more trained and not yet evaluated" if evaluating else ""
-    }; the cold start {"evaluated" if cold_start else "not evaluated yet"}.
+Progress: {progress}.
 
 ## The analysis, as pre-registered
 
