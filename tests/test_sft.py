@@ -325,3 +325,18 @@ def test_sft_fits_untrained_rows_by_default_and_keep_only_warns(capitals, monkey
     assert model.get_output_embeddings().weight[token_id].any()
     with pytest.raises(ValueError, match="untrained_tokens must be one of"):
         cold_start.build_sft_trainer("capitals", "tiny", config, untrained_tokens="zero")
+
+
+def test_fit_refuses_a_head_that_is_not_a_plain_product(capitals):
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(len(tokenizer), tied=False)
+    head = torch.nn.Linear(model.config.hidden_size, len(tokenizer), bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.fill_(1.0)  # logits = h.W + b: the ridge row would be fitted to the wrong goal
+    model.lm_head = head
+    dataset = cold_start.cold_start_dataset(capitals, max_examples=2)
+    with pytest.raises(ValueError, match="use 'mean'"):
+        cold_start.initialize_untrained_rows(model, tokenizer, dataset, [5], "fit")
+    figures = cold_start.initialize_untrained_rows(model, tokenizer, dataset, [5], "mean")
+    assert set(figures) == {5}

@@ -194,6 +194,14 @@ def initialize_untrained_rows(
             out = model(full, output_hidden_states=True)
             logits = out.logits[0, :-1].float()
             states.append(out.hidden_states[-1][0, :-1].float())
+            if not states[1:] and method == "fit" and not tied:
+                # The fit solves for logits = final hidden state . row: no bias, no soft cap.
+                head = states[0][:8] @ outputs.float().T
+                if not torch.allclose(head, logits[:8], atol=1e-3, rtol=1e-3):
+                    raise ValueError(
+                        "untrained_tokens='fit' needs logits = last hidden state x output "
+                        "matrix, which this model's head does not compute; use 'mean'"
+                    )
             targets.append(full[0, 1:])
             log_ps.append(torch.log_softmax(logits, dim=-1)[:, ids])
             logits[:, ids] = -torch.inf
