@@ -34,6 +34,8 @@ declare -A FIGURES=(
     [qwen-tool-first-steps]="python benchmarks/step_time.py --model $Q --task tool_calling --prompts 4 --generations 4 --max-new-tokens 128 --variants gdpo --steps 2 --warmup 0 --threads 1 --json \$OUT/step_time.json"
     # The untrained <tool_call> rows fitted first (`mrtpo sft`'s default since), then the same check
     [qwen-tool-cold-start-fit]="mrtpo sft --config recipes/tool_calling-qwen2.5-coder-0.5b.yaml --output_dir outputs/sft-tool_calling-qwen-fit && python benchmarks/step_time.py --model outputs/sft-tool_calling-qwen-fit --task tool_calling --prompts 4 --generations 4 --max-new-tokens 128 --variants gdpo --steps 2 --warmup 0 --threads 1 --json \$OUT/step_time.json"
+    # The untrained rows, and the tags' log p and rank before and after that cold start (after qwen-tool-cold-start-fit)
+    [qwen-untrained-tokens]="python benchmarks/untrained_tokens.py --model $Q outputs/sft-tool_calling-qwen-fit --out \$OUT"
     # The rows left untrained (recorded before `--untrained_tokens` existed, when keep was all there was)
     [qwen-tool-cold-start]="mrtpo sft --config recipes/tool_calling-qwen2.5-coder-0.5b.yaml --untrained_tokens keep --output_dir outputs/sft-tool_calling-qwen && python benchmarks/step_time.py --model outputs/sft-tool_calling-qwen --task tool_calling --prompts 4 --generations 4 --max-new-tokens 128 --variants gdpo --steps 2 --warmup 0 --threads 1 --json \$OUT/step_time.json"
     # SmolLM2's budget, measured to break this model (stopped after step 0: INTERRUPTED.txt); not in ORDER
@@ -48,7 +50,7 @@ declare -A FIGURES=(
     [qwen-spider-dev]="mrtpo eval --task sql --model_name_or_path $Q --data \$SPIDER --split dev --max_examples 200 --output_dir \$OUT"
     [smollm2-spider-dev]="mrtpo eval --task sql --model_name_or_path $S --data \$SPIDER --split dev --max_examples 200 --output_dir \$OUT"
 )
-ORDER=(qwen-bfcl-simple_python qwen-sql-first-steps qwen-tool-first-steps qwen-tool-cold-start qwen-tool-cold-start-fit qwen-sql-train3 qwen-localization smollm2-localization
+ORDER=(qwen-bfcl-simple_python qwen-sql-first-steps qwen-tool-first-steps qwen-tool-cold-start qwen-tool-cold-start-fit qwen-untrained-tokens qwen-sql-train3 qwen-localization smollm2-localization
        qwen-bfcl-live_simple smollm2-bfcl-live_simple qwen-ifeval smollm2-ifeval qwen-spider-dev smollm2-spider-dev)
 for name in "${@:-${ORDER[@]}}"; do
     [ -n "${FIGURES[$name]:-}" ] || { echo "unknown figure $name (one of: ${ORDER[*]})"; exit 2; }

@@ -101,13 +101,15 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Task `{result['task']}`; the first model `{result['models'][0]}`.",
         "",
-        "| token | id | matrix | row norm | median row norm | ids sharing the exact row |",
+        "| token | id | matrix | row norm | median row norm | other ids with the exact row (all in the .json) |",
         "|---|---:|---|---:|---:|---|",
     ]
     for token_id, matrices in result["rows"].items():
         token = result["names"][str(token_id)]
         for name, row in matrices.items():
-            shared = ", ".join(map(str, row["twins"])) or "none"
+            first = ", ".join(map(str, row["twins"][:8]))
+            more = f" and {len(row['twins']) - 8} more" if len(row["twins"]) > 8 else ""
+            shared = f"{len(row['twins'])}: {first}{more}" if row["twins"] else "none"
             lines.append(
                 f"| `{token}` | {token_id} | {name} | {row['norm']:.3f} | "
                 f"{row['median_norm']:.3f} | {shared} |"
