@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -389,6 +390,17 @@ def _has_saved_state(checkpoints: Path) -> bool:
     )
 
 
+def weights_digest(folder: Path) -> str:
+    """sha256 over a model folder's safetensors files, in name order: which cold start a run
+    trained from (it is rebuilt on every fresh machine, and another CPU may round otherwise)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.safetensors")):
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def build_cold_start(args: argparse.Namespace) -> Path:
     """The demo's cold start (`mrtpo sft --task tool_calling`, `--sft_max_steps` steps of the
     SFT defaults) into the results folder, once."""
@@ -442,7 +454,11 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
             record["resumed_from"].append(Path(last).name)
         # One entry per start of training: the first, then each resumption.
         record.setdefault("sessions", []).append(
-            {**machine(args), "checkpoint": Path(last).name if last else None}
+            {
+                **machine(args),
+                "checkpoint": Path(last).name if last else None,
+                "cold_start_sha256": weights_digest(cold_start_dir(args)),
+            }
         )
         started, cpu_started = time.perf_counter(), time.process_time()
         try:

@@ -5,6 +5,7 @@ from results files alone (steps to 0.8 with "not reached", median/IQR, seeded bo
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -181,6 +182,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     for session in run["sessions"] + [run["eval_session"]]:
         assert session["threads"] == 1 and session["cpu"] and session["logical_cpus"] >= 1
         assert session["started_at"].endswith("Z") and len(session["load_average"]) == 3
+    weights = hashlib.sha256((tiny_model_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert [session["cold_start_sha256"] for session in run["sessions"]] == [weights, weights]
     records = convergence.read_metrics(folder / "metrics.jsonl")
     assert [record["step"] for record in records] == [1, 2]
     assert records[0] == first[0]  # step 1 kept, not redone
