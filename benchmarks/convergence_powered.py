@@ -509,6 +509,34 @@ def plot_diagnostics(runs: Mapping[str, Mapping[int, Any]], path: Path) -> None:
     figure.savefig(path, format="png")
 
 
+def machines_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
+    """Per seed and method, from run.json: the CPU model of each start of training (a
+    resumption adds one) and the cold start's weights digest (first 12 hex digits; recorded
+    from 2026-12-03 on), so a reader sees which paired runs shared a machine and a build."""
+
+    def cell(run: Mapping[str, Any] | None) -> str:
+        sessions = ((run or {}).get("run") or {}).get("sessions") or []
+        if not sessions:
+            return "–"
+        return "; ".join(
+            f"{session['cpu']}, cold start {(session.get('cold_start_sha256') or 'not recorded')[:12]}"
+            for session in sessions
+        )
+
+    lines = [
+        "CPU of each start of training and the cold start's sha256 (first 12 hex digits): the",
+        "cold start is rebuilt on every fresh machine, so seeds trained in different sessions",
+        "may start from builds that differ in rounding.",
+        "",
+        "| seed | " + " | ".join(METHODS) + " |",
+        "|---:|" + "---|" * len(METHODS),
+    ]
+    for seed in SEEDS:
+        row = [cell(runs.get(method, {}).get(seed)) for method in METHODS]
+        lines.append(f"| {seed} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(results: Path = RESULTS) -> Path:
     """README.md, curves.png and diagnostics.png in `results`, from its files alone."""
     results = Path(results)
@@ -595,7 +623,10 @@ Median over seeds, band: inter-quartile range; dotted: the cold start on the tes
 {diagnostics_table(runs)}
 ## Time
 
-{convergence.time_table(data)}"""
+{convergence.time_table(data)}
+## Where each run trained
+
+{machines_table(runs)}"""
     path = results / "README.md"
     path.write_text(text)
     return path

@@ -213,3 +213,18 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert (tmp_path / "diagnostics.png").stat().st_size > 0
     assert powered.write_report(tmp_path).read_text() == text
+
+
+def test_the_machines_table_shows_each_start_of_training():
+    session = {"cpu": "Intel Xeon", "cold_start_sha256": "0123456789abcdef" * 4}
+    runs = {
+        "gdpo": {0: {"run": {"sessions": [{"cpu": "AMD EPYC"}]}}},
+        "mrtpo": {0: {"run": {"sessions": [session, {**session, "cpu": "AMD EPYC"}]}}},
+    }
+    table = powered.machines_table(runs)
+    row = next(line for line in table.splitlines() if line.startswith("| 0 |"))
+    assert row == (
+        "| 0 | AMD EPYC, cold start not recorded | Intel Xeon, cold start 0123456789ab; "
+        "AMD EPYC, cold start 0123456789ab | – | – |"
+    )
+    assert table.count("| – | – | – | – |") == len(powered.SEEDS) - 1
