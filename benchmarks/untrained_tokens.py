@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     from mrtpo import tasks
-    from mrtpo.cold_start import cold_start_dataset, warn_untrained_tokens
+    from mrtpo.cold_start import cold_start_dataset, untrained_reference_tokens
     from mrtpo.models import load_model
 
     task = tasks.get(args.task)
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     references = cold_start_dataset(task, "train", max_examples=args.references, seed=42)
     tests = list(cold_start_dataset(task, "test", max_examples=args.rows, seed=0))
     model, tokenizer = load_model(args.model[0])
-    untrained = warn_untrained_tokens(model, tokenizer, references, warn=False)
+    untrained = untrained_reference_tokens(model, tokenizer, references, warn=False)
     result: dict[str, Any] = {
         "command": shlex.join(["python", "benchmarks/untrained_tokens.py", *sys.argv[1:]]),
         "task": args.task,

@@ -253,13 +253,13 @@ def test_instructions_has_no_cold_start(tiny_model_dir, tmp_path, capsys):
 def test_references_using_untrained_rows_are_warned_about(capitals):
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     dataset = cold_start.cold_start_dataset(capitals, max_examples=2)
-    assert cold_start.warn_untrained_tokens(model, tokenizer, dataset) == []
+    assert cold_start.untrained_reference_tokens(model, tokenizer, dataset) == []
     first = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)
     token_id = first["input_ids"][0]
     with torch.no_grad():
         model.get_output_embeddings().weight[token_id] = 0.0
     with pytest.warns(UserWarning, match=rf"never trained: .*\({token_id}\)"):
-        assert cold_start.warn_untrained_tokens(model, tokenizer, dataset) == [token_id]
+        assert cold_start.untrained_reference_tokens(model, tokenizer, dataset) == [token_id]
 
 
 @pytest.mark.parametrize("method", ["fit", "mean"])

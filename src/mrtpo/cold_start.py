@@ -111,7 +111,9 @@ def build_sft_trainer(
         raise FileNotFoundError(f"data path {data!r} does not exist")
     dataset = cold_start_dataset(task_object, split, data, max_train_examples, config.seed)
     model, tokenizer = load_model(model_name_or_path)
-    untrained = warn_untrained_tokens(model, tokenizer, dataset, warn=untrained_tokens == "keep")
+    untrained = untrained_reference_tokens(
+        model, tokenizer, dataset, warn=untrained_tokens == "keep"
+    )
     if untrained and untrained_tokens != "keep":
         fitted = initialize_untrained_rows(model, tokenizer, dataset, untrained, untrained_tokens)
         for token_id, (before, after) in fitted.items():
@@ -123,7 +125,9 @@ def build_sft_trainer(
     return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
 
 
-def warn_untrained_tokens(model: Any, tokenizer: Any, dataset: Any, warn: bool = True) -> list[int]:
+def untrained_reference_tokens(
+    model: Any, tokenizer: Any, dataset: Any, warn: bool = True
+) -> list[int]:
     """The tokens the references use whose embedding rows were never trained (a model that
     cannot write them; `mrtpo.models.untrained_token_ids`), with a warning when `warn`."""
     from mrtpo.models import untrained_token_ids
