@@ -41,6 +41,8 @@ declare -A FIGURES=(
     # SmolLM2's budget, measured to break this model (stopped after step 0: INTERRUPTED.txt); not in ORDER
     [qwen-tool-cold-start-lr5e-5]="mrtpo sft --config recipes/tool_calling-qwen2.5-coder-0.5b.yaml --learning_rate 5e-5 --untrained_tokens keep --output_dir outputs/sft-tool_calling-qwen-lr5e-5 && python benchmarks/step_time.py --model outputs/sft-tool_calling-qwen-lr5e-5 --task tool_calling --prompts 4 --generations 4 --max-new-tokens 128 --variants gdpo --steps 2 --warmup 0 --threads 1 --json \$OUT/step_time.json"
     [qwen-sql-train3]="mrtpo train --config recipes/sql-qwen2.5-coder-0.5b.yaml --max_steps 3 --credit_map_steps 1 --output_dir outputs/qwen-sql-train3 && cp -r outputs/qwen-sql-train3/metrics.jsonl outputs/qwen-sql-train3/credit outputs/qwen-sql-train3/curves.png \$OUT/"
+    # Two MRTPO steps on tool calling from the fitted cold start, beta 0.5 from the first step (needs qwen-tool-cold-start-fit)
+    [qwen-tool-train2]="mrtpo train --config recipes/tool_calling-qwen2.5-coder-0.5b.yaml --model_name_or_path outputs/sft-tool_calling-qwen-fit --max_steps 2 --mrtpo_warmup_steps 0 --credit_map_steps 1 --output_dir outputs/qwen-tool-train2 && cp -r outputs/qwen-tool-train2/metrics.jsonl outputs/qwen-tool-train2/credit \$OUT/"
     [qwen-localization]="python benchmarks/localization.py --model_name_or_path $Q --n 12 --threads 1 --out \$OUT"
     [smollm2-localization]="python benchmarks/localization.py --n 12 --threads 1 --out benchmarks/results/localization"
     [qwen-bfcl-live_simple]="mrtpo eval --task tool_calling --model_name_or_path $Q --data \$BFCL --categories live_simple --max_examples 100 --output_dir \$OUT"
@@ -50,7 +52,7 @@ declare -A FIGURES=(
     [qwen-spider-dev]="mrtpo eval --task sql --model_name_or_path $Q --data \$SPIDER --split dev --max_examples 200 --output_dir \$OUT"
     [smollm2-spider-dev]="mrtpo eval --task sql --model_name_or_path $S --data \$SPIDER --split dev --max_examples 200 --output_dir \$OUT"
 )
-ORDER=(qwen-bfcl-simple_python qwen-sql-first-steps qwen-tool-first-steps qwen-tool-cold-start qwen-tool-cold-start-fit qwen-untrained-tokens qwen-sql-train3 qwen-localization smollm2-localization
+ORDER=(qwen-bfcl-simple_python qwen-sql-first-steps qwen-tool-first-steps qwen-tool-cold-start qwen-tool-cold-start-fit qwen-untrained-tokens qwen-tool-train2 qwen-sql-train3 qwen-localization smollm2-localization
        qwen-bfcl-live_simple smollm2-bfcl-live_simple qwen-ifeval smollm2-ifeval qwen-spider-dev smollm2-spider-dev)
 for name in "${@:-${ORDER[@]}}"; do
     [ -n "${FIGURES[$name]:-}" ] || { echo "unknown figure $name (one of: ${ORDER[*]})"; exit 2; }

@@ -262,16 +262,22 @@ def test_references_using_untrained_rows_are_warned_about(capitals):
         assert cold_start.untrained_reference_tokens(model, tokenizer, dataset) == [token_id]
 
 
+def untied_model_and_first_reference_token(task, examples):
+    """The tiny model with its own output matrix, the task's first `examples` demonstrations and
+    the first token of the first one's reference."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(len(tokenizer), tied=False)
+    dataset = cold_start.cold_start_dataset(task, max_examples=examples)
+    reference = dataset[0]["completion"][0]["content"]
+    token_id = tokenizer(reference, add_special_tokens=False)["input_ids"][0]
+    return model, tokenizer, dataset, token_id
+
+
 @pytest.mark.parametrize("method", ["fit", "mean"])
 def test_untrained_rows_are_initialized_so_the_references_can_be_written(capitals, method):
     from mrtpo.models import untrained_token_ids
 
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(len(tokenizer), tied=False)
-    dataset = cold_start.cold_start_dataset(capitals, max_examples=4)
-    token_id = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)[
-        "input_ids"
-    ][0]
+    model, tokenizer, dataset, token_id = untied_model_and_first_reference_token(capitals, 4)
     inputs, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     with torch.no_grad():  # as released: a zero output row and an input row shared with a twin
         outputs.mul_(30.0)  # a peaked next-token distribution, as a trained model has
@@ -307,12 +313,7 @@ def test_untrained_rows_are_initialized_so_the_references_can_be_written(capital
 
 
 def test_sft_fits_untrained_rows_by_default_and_keep_only_warns(capitals, monkeypatch, tmp_path):
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(len(tokenizer), tied=False)
-    dataset = cold_start.cold_start_dataset(capitals, max_examples=2)
-    token_id = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)[
-        "input_ids"
-    ][0]
+    model, tokenizer, _, token_id = untied_model_and_first_reference_token(capitals, 2)
     with torch.no_grad():
         model.get_output_embeddings().weight[token_id] = 0.0
     monkeypatch.setattr(tasks, "get", lambda name: capitals)
@@ -328,14 +329,12 @@ def test_sft_fits_untrained_rows_by_default_and_keep_only_warns(capitals, monkey
 
 
 def test_fit_refuses_a_head_that_is_not_a_plain_product(capitals):
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(len(tokenizer), tied=False)
+    model, tokenizer, dataset, _ = untied_model_and_first_reference_token(capitals, 2)
     head = torch.nn.Linear(model.config.hidden_size, len(tokenizer), bias=True)
     with torch.no_grad():
         head.weight.copy_(model.lm_head.weight)
         head.bias.fill_(1.0)  # logits = h.W + b: the ridge row would be fitted to the wrong goal
     model.lm_head = head
-    dataset = cold_start.cold_start_dataset(capitals, max_examples=2)
     with pytest.raises(ValueError, match="use 'mean'"):
         cold_start.initialize_untrained_rows(model, tokenizer, dataset, [5], "fit")
     figures = cold_start.initialize_untrained_rows(model, tokenizer, dataset, [5], "mean")
