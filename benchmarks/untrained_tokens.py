@@ -31,15 +31,10 @@ from typing import Any
 import torch
 
 
-def twins(weight: torch.Tensor, token_id: int) -> list[int]:
-    """The other ids whose row of `weight` equals `token_id`'s exactly."""
-    sums = weight.sum(dim=1, dtype=torch.float64)
-    candidates = (sums == sums[token_id]).nonzero().flatten().tolist()
-    return [j for j in candidates if j != token_id and torch.equal(weight[j], weight[token_id])]
-
-
 def describe_rows(model: Any, token_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Per token and embedding matrix: row norm, the matrix's median row norm, exact twins."""
+    from mrtpo.models import twin_rows
+
     matrices = {"input": model.get_input_embeddings().weight.detach()}
     output = model.get_output_embeddings().weight.detach()
     if output.data_ptr() != matrices["input"].data_ptr():
@@ -51,7 +46,7 @@ def describe_rows(model: Any, token_ids: Sequence[int]) -> dict[int, dict[str, A
             described.setdefault(token_id, {})[name] = {
                 "norm": float(weight[token_id].norm()),
                 "median_norm": median,
-                "twins": twins(weight, token_id),
+                "twins": twin_rows(weight, token_id),
             }
     return described
 

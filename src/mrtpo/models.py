@@ -351,6 +351,17 @@ def load_model(
     return model, tokenizer
 
 
+def twin_rows(weight: torch.Tensor, token_id: int, sums: torch.Tensor | None = None) -> list[int]:
+    """The other rows of `weight` [V, d] exactly equal to row `token_id`. `sums` [V], the rows'
+    float64 sums, may be passed when asking about many ids: identical rows have identical sums,
+    so rows are compared exactly only where the sums collide."""
+    rows = weight.detach()
+    if sums is None:
+        sums = rows.sum(dim=1, dtype=torch.float64)
+    candidates = (sums == sums[token_id]).nonzero().flatten().tolist()
+    return [j for j in candidates if j != token_id and torch.equal(rows[j], rows[token_id])]
+
+
 def untrained_token_ids(model: Any, token_ids: Iterable[int]) -> list[int]:
     """The ids among `token_ids` whose input or output embedding row was never trained: the row is
     all zeros or exactly equals another token's row (training never leaves two rows identical).
@@ -378,7 +389,6 @@ def untrained_token_ids(model: Any, token_ids: Iterable[int]) -> list[int]:
             if not bool(row.any()):
                 flagged.add(token_id)
                 continue
-            twins = (sums == sums[token_id]).nonzero().flatten().tolist()
-            if any(j != token_id and torch.equal(rows[j], row) for j in twins):
+            if twin_rows(rows, token_id, sums):
                 flagged.add(token_id)
     return sorted(flagged)
