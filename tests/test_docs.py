@@ -162,3 +162,59 @@ def test_site_builds_strictly(tmp_path):
     assert "class AnswerCorrect" in re.sub(r"<[^>]+>", "", guide)  # the snippet was included
     assert (site / "credit-maps" / "instructions-19" / "credit.html").is_file()
     assert (site / "benchmarks" / "results" / "localization" / "localization.png").is_file()
+
+
+# Commands that read a YAML recipe with `--config` before their parser runs (TrlParser's way).
+_RECIPE_COMMANDS = {"train", "sft"}
+_WRITTEN_COMMANDS = [
+    ROOT / "README.md",
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "Makefile",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "recipes").rglob("*.yaml")),
+    *sorted((ROOT / "benchmarks").glob("*.sh")),
+    *sorted((ROOT / "scripts").glob("*.sh")),
+    *sorted((ROOT / "src" / "mrtpo").rglob("*.py")),
+]
+
+
+def _written_mrtpo_commands(text: str) -> list[tuple[str, list[str]]]:
+    """Every `mrtpo NAME ...` written in `text`: the command and the options it passes. A shell
+    line continuation joins its lines; `&&`, `;`, `|`, `)`, a comment or a backtick ends it."""
+    text = re.sub(r"\\\n\s*", " ", text)
+    found = []
+    for match in re.finditer(rf"\bmrtpo ({'|'.join(COMMANDS)})\b([^`\n#;|&)]*)", text):
+        flags = re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", match.group(2))
+        found.append((match.group(1), flags))
+    return found
+
+
+def test_written_commands_parse_the_way_they_are_written():
+    """A command copied from the README, the docs, a recipe's comment, a benchmark script or a
+    docstring only passes options its parser has."""
+    options = {
+        name: {o for a in docs_site.command_parser(name)._actions for o in a.option_strings}
+        for name in COMMANDS
+    }
+    for name in _RECIPE_COMMANDS:
+        options[name].add("--config")
+    unknown, seen = [], 0
+    for path in _WRITTEN_COMMANDS:
+        for name, flags in _written_mrtpo_commands(path.read_text()):
+            seen += 1
+            unknown += [
+                f"{path.relative_to(ROOT)}: mrtpo {name} {flag}"
+                for flag in flags
+                if flag not in options[name]
+            ]
+    assert seen > 50  # the scan finds the commands (README, docs, recipes, embedded_models.sh)
+    assert not unknown, "options the command does not have:\n" + "\n".join(unknown)
+
+
+def test_written_command_scan_catches_a_wrong_option():
+    text = "run `mrtpo train --task sql --mrtpo-beta 0.5` then\nmrtpo eval --task sql \\\n  --nope 1 && mrtpo sft --x"
+    assert _written_mrtpo_commands(text) == [
+        ("train", ["--task", "--mrtpo-beta"]),
+        ("eval", ["--task", "--nope"]),
+        ("sft", ["--x"]),
+    ]
