@@ -259,3 +259,26 @@ def test_score_reads_spider_and_bird_prediction_files(spider_root, bird_root, tm
         "--responses", str(records), "--output_dir", str(out)], capsys)  # fmt: skip
     report = json.loads((out / "eval.json").read_text())
     assert code == 0 and report["benchmark"]["summary"][0]["correct"] == 1
+
+
+def test_the_headline_is_the_training_reward_and_the_table_spiders_rule(
+    spider_root, tmp_path, capsys
+):
+    """On a Spider folder `eval.json` holds two numbers that can differ: the task's headline
+    (the sql_execution reward: DISTINCT kept, columns by position) and Spider's execution
+    accuracy (DISTINCT removed from both queries, columns reordered)."""
+    predictions = tmp_path / "predict.txt"
+    predictions.write_text(  # right, right by both, Spider only (DISTINCT), wrong
+        "SELECT name FROM pet ORDER BY age, name\nSELECT kind FROM pet\nSELECT kind FROM pet\n"
+        "SELECT 1\nSELECT count(*) + 1 FROM pet\n"
+    )
+    out = tmp_path / "out"
+    code, _, _ = run_cli(["score", "--task", "sql", "--data", str(spider_root),
+        "--responses", str(predictions), "--output_dir", str(out)], capsys)  # fmt: skip
+    report = json.loads((out / "eval.json").read_text())
+    assert code == 0
+    assert report["headline"]["result match rate"] == pytest.approx(2 / 4)
+    assert report["benchmark"]["summary"][0]["accuracy"] == pytest.approx(3 / 4)
+    distinct = report["examples"][2]["verdicts"]
+    assert distinct["sql_execution"]["score"] == 0.0
+    assert distinct["execution_accuracy"]["score"] == 1.0

@@ -290,7 +290,7 @@ def test_unrunnable_reference_or_database_gives_no_score(runner, tmp_path):
 def test_task_contract():
     task = mrtpo.tasks.get("sql")
     assert task is TASK and isinstance(task, SqlTask)
-    assert task.name == "sql" and task.headline_name == "execution accuracy"
+    assert task.name == "sql" and task.headline_name == "result match rate"
     assert task.system_prompt == SYSTEM_PROMPT and "<answer>" in task.system_prompt
     verifiers = task.verifiers()
     assert [v.name for v in verifiers] == ["sql_format", "sql_executable", "sql_execution"]
@@ -312,6 +312,6 @@ def test_headline_is_the_mean_execution_score():
 
     verdicts = [row(1.0, 1.0, 1.0), row(1.0, 1.0, 0.0), row(0.0, 1.0, 1.0), row(1.0, 0.0, None)]
     headline = TASK.headline(verdicts)
-    assert headline["execution accuracy"] == pytest.approx(2 / 3)
+    assert headline["result match rate"] == pytest.approx(2 / 3)
     assert headline["format rate"] == pytest.approx(3 / 4)
     assert headline["executable rate"] == pytest.approx(3 / 4)

@@ -122,7 +122,7 @@ class Task:
 
     name: str = "task"
     system_prompt: str = ""
-    # The headline metric `mrtpo eval` reports, e.g. "execution accuracy".
+    # The headline metric `mrtpo eval` reports, e.g. "result match rate".
     headline_name: str = "accuracy"
 
     def load(self, split: str = "train", path: str | None = None, **kwargs: Any) -> Dataset:

@@ -32,7 +32,9 @@ from mrtpo.verifiers import Verdict, Verifier
 class SqlTask(Task):
     name = "sql"
     system_prompt = SYSTEM_PROMPT
-    headline_name = "execution accuracy"
+    # The training reward's rule, not Spider's or BIRD's: on their folders `mrtpo eval` also
+    # reports their official execution accuracy (`exec_accuracy`), which can differ.
+    headline_name = "result match rate"
 
     def load(self, split: str = "train", path: str | None = None, **kwargs: Any) -> Dataset:
         """The bundled split ("train"/"test"), or the Spider/BIRD folder at `path` (split
@@ -86,8 +88,8 @@ class SqlTask(Task):
         return DEFAULT_FORMAT.wrap(reference) if reference else None
 
     def headline(self, verdicts: Sequence[Sequence[Verdict]]) -> dict[str, float]:
-        """Execution accuracy: the mean sql_execution score (rows whose reference cannot run
-        are left out), plus the format and executability rates."""
+        """The result match rate: the mean sql_execution score (rows whose reference cannot
+        run are left out), plus the format and executability rates."""
         means = {}
         for index, key in ((2, self.headline_name), (0, "format rate"), (1, "executable rate")):
             scores = [
