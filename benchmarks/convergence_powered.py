@@ -624,6 +624,10 @@ Median over seeds, band: inter-quartile range; dotted: the cold start on the tes
 ## Time
 
 {convergence.time_table(data)}
+Each run's median step (TRL's `step_time`); the ratios to gdpo are taken per seed (a seed's
+runs share a machine) and their median over seeds is shown; evaluation CPU s: the mean over
+runs. The wall times count whatever else ran on the machine (the other lane at least).
+
 ## Where each run trained
 
 {machines_table(runs)}"""
