@@ -125,6 +125,34 @@ def test_primary_tests_by_hand_and_the_reading():
         "MRTPO differs from GDPO, from the placebo and from the shuffled weights"
     )
 
+    # MRTPO like GDPO, both above a placebo that falls: a pattern not named in advance.
+    other = powered.primary_tests(synthetic_runs({"mrtpo_placebo": -0.1}))
+    assert powered.reading(other, complete=True).startswith(
+        "None of the patterns named in advance: MRTPO does not differ from gdpo, does not "
+        "differ from mrtpo_shuffled, differs from mrtpo_placebo."
+    )
+
+
+def test_exploratory_table_puts_the_controls_against_gdpo():
+    runs = synthetic_runs({"mrtpo_placebo": -0.1})
+    table = powered.exploratory_table(runs)
+    differences = [
+        np.mean([r["rewards/tool_format/mean"] for r in runs["mrtpo_placebo"][s]["records"]])
+        - np.mean([r["rewards/tool_format/mean"] for r in runs["gdpo"][s]["records"]])
+        for s in powered.SEEDS
+    ]
+    test = convergence.paired_t(differences)
+    assert test["mean"] == pytest.approx(-0.1, abs=0.01)
+    assert (
+        f"| mrtpo_placebo - gdpo | tool_format | 6 | {test['mean']:+.3f} | "
+        f"[{test['low']:+.3f}, {test['high']:+.3f}] | {test['p']:.3f} |"
+    ) in table
+    assert "| mrtpo_shuffled - gdpo | tool_correctness | 6 |" in table
+    del runs["gdpo"]
+    assert "| mrtpo_placebo - gdpo | tool_format | 0 | – | – | – |" in powered.exploratory_table(
+        runs
+    )
+
 
 def write_study(root: Path, runs: dict, cold_start: dict | None, power: dict) -> None:
     task = root / "tool_calling"
@@ -210,6 +238,8 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     )
     assert "| mrtpo - mrtpo_shuffled | tool_format |" in text and "| 5 |" in text  # 5 seeds
     assert "| test format rate | 0.200 |" in text  # the cold start beside the methods
+    assert "| steps to 0.8 (21: not reached) | – |" in text  # the cold start never trained
+    assert "### Exploratory: the controls against GDPO (not pre-registered)" in text
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert (tmp_path / "diagnostics.png").stat().st_size > 0
     assert powered.write_report(tmp_path).read_text() == text
