@@ -151,11 +151,13 @@ def paired_differences(
     return out
 
 
-def primary_tests(runs: Mapping[str, Mapping[int, Any]]) -> list[dict[str, Any]]:
-    """The 6 pre-registered tests: per contrast and endpoint, the paired AUC differences, the
-    t-test and Holm's adjusted p over the tests that have at least 2 seeds."""
+def auc_tests(
+    runs: Mapping[str, Mapping[int, Any]], contrasts: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Per contrast and endpoint: the paired AUC differences by seed and their paired t-test
+    (None below 2 seeds)."""
     tests = []
-    for first, second in CONTRASTS:
+    for first, second in contrasts:
         for name in ENDPOINTS:
             differences = paired_differences(
                 runs, first, second, lambda run, name=name: auc(run["records"], name)
@@ -171,6 +173,13 @@ def primary_tests(runs: Mapping[str, Mapping[int, Any]]) -> list[dict[str, Any]]
                     "test": test,
                 }
             )
+    return tests
+
+
+def primary_tests(runs: Mapping[str, Mapping[int, Any]]) -> list[dict[str, Any]]:
+    """The 6 pre-registered tests (`auc_tests` over CONTRASTS) with Holm's adjusted p over the
+    tests that have at least 2 seeds."""
+    tests = auc_tests(runs, CONTRASTS)
     adjusted = holm({index: t["test"]["p"] for index, t in enumerate(tests) if t["test"]})
     for index, test in enumerate(tests):
         test["holm_p"] = adjusted.get(index)
@@ -423,22 +432,17 @@ def exploratory_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
         "| contrast | endpoint (AUC) | n | mean | 95% t interval | p (uncorrected) |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for first, second in EXPLORATORY_CONTRASTS:
-        for name in ENDPOINTS:
-            differences = list(
-                paired_differences(
-                    runs, first, second, lambda run, name=name: auc(run["records"], name)
-                ).values()
-            )
-            if len(differences) > 1:
-                test = convergence.paired_t(differences)
-                summary = (
-                    f"{test['mean']:+.3f} | [{test['low']:+.3f}, {test['high']:+.3f}] "
-                    f"| {test['p']:.3f}"
-                )
-            else:
-                summary = "– | – | –"
-            lines.append(f"| {first} - {second} | {name} | {len(differences)} | {summary} |")
+    for t in auc_tests(runs, EXPLORATORY_CONTRASTS):
+        test = t["test"]
+        summary = (
+            f"{test['mean']:+.3f} | [{test['low']:+.3f}, {test['high']:+.3f}] | {test['p']:.3f}"
+            if test
+            else "– | – | –"
+        )
+        first, second = t["contrast"]
+        lines.append(
+            f"| {first} - {second} | {t['endpoint']} | {len(t['differences'])} | {summary} |"
+        )
     return "\n".join(lines) + "\n"
 
 
