@@ -327,6 +327,18 @@ def test_trim_padding():
     assert (full[:, 4:] == 0).all()
 
 
+def test_trim_padding_keeps_a_completion_column_when_every_completion_is_masked():
+    prompt_ids, prompt_mask, completion_ids, completion_mask = _batch(
+        [5, 7], [[3, 2], [4, 1]], prompt_width=12, completion_width=9
+    )
+    masked = completion_mask.zero_()  # all truncated, with `mask_truncated_completions`
+    trimmed = trim_padding(
+        {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_mask": masked}
+    )
+    assert trimmed["completion_mask"].shape == (prompt_ids.size(0), 1)
+    assert trimmed["prompt_ids"].shape == (prompt_ids.size(0), 7)
+
+
 def test_shuffle_groups():
     rows, group = 12, 3
     batch = {

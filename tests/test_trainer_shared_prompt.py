@@ -196,3 +196,18 @@ def test_unsupported_model_falls_back_with_a_logged_reason(tmp_path, caplog):
         trainer = train(tmp_path, True, model=model, max_steps=1)
     assert not trainer._shares_prompt
     assert "falling back to TRL's per-row path" in caplog.text and "eager" in caplog.text
+
+
+def test_micro_batches_whose_every_completion_is_masked_train_and_evaluate(tmp_path):
+    # A 2-token budget cuts every completion of the tiny model; `mask_truncated_completions`
+    # then masks them all, and trimming the padding must still leave a completion column.
+    settings = dict(max_completion_length=2, mask_truncated_completions=True, max_steps=1)
+    runs = {share: train(tmp_path, share, **settings) for share in (True, False)}
+    assert runs[True]._shares_prompt
+    for batch in runs[True].micro_batches:
+        assert not batch["completion_mask"].any() and batch["completion_ids"].shape[1] == 1
+    assert logged(runs[True])[0]["completions/clipped_ratio"] == 1.0
+    assert_same_run(runs[True], runs[False])
+    evaluations = {share: run.evaluate(toy_dataset()) for share, run in runs.items()}
+    assert evaluations[True]["eval_loss"] == evaluations[False]["eval_loss"] == 0.0
+    assert evaluations[True]["eval_completions/clipped_ratio"] == 1.0

@@ -394,7 +394,8 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
     to the micro-batch's longest row: ``prompt_ids``/``prompt_mask`` (B, P) lose leading
     columns, and every other (B, C) tensor (``completion_ids``, ``completion_mask``, (B, T)
     advantages, old/ref/sampling logps, ``tool_mask``...) loses trailing columns. Other values
-    are returned as they are. Exact: the cut columns are masked out of every loss.
+    are returned as they are. Exact: the cut columns are masked out of every loss. One
+    completion column is kept where every completion is masked out.
     """
     prompt_mask, completion_mask = batch["prompt_mask"], batch["completion_mask"]
     rows, prompt_columns = prompt_mask.shape
@@ -402,7 +403,11 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
     used = prompt_mask.bool().any(dim=0)
     first = int(used.int().argmax()) if used.any() else prompt_columns
     used = completion_mask.bool().any(dim=0)
+    # At least one completion column, even when every completion is masked out (all truncated,
+    # with TRL's `mask_truncated_completions`): the log-probs are taken of the last C columns of
+    # prompt + completion, and C = 0 would take them all.
     last = completion_columns - int(used.flip(0).int().argmax()) if used.any() else 0
+    last = max(last, min(completion_columns, 1))
 
     def cut(key: str, value: Any) -> Any:
         if key in PROMPT_KEYS:
