@@ -9,6 +9,7 @@ exercised; Qwen2 adds the q/k/v biases.
 from __future__ import annotations
 
 import contextlib
+import logging
 from types import SimpleNamespace
 
 import peft
@@ -16,6 +17,7 @@ import pytest
 import torch
 from transformers import (
     CLIPVisionConfig,
+    GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
     LlavaConfig,
@@ -26,6 +28,7 @@ from transformers import (
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+import mrtpo.shared_prompt
 from mrtpo.shared_prompt import (
     ATTENTION_NAME,
     check_supported,
@@ -437,3 +440,27 @@ def test_installed_prefill_serves_trl_style_calls_and_lora():
     settings["num_return_sequences"] = 2
     _, widths = _generate(lora.generate, model, prompt_ids, prompt_mask, **settings)
     assert widths[0] == (12, 9)  # generate's own expansion: plain generate
+
+
+def test_generation_honours_a_dynamic_cache_and_leaves_other_caches_to_generate(caplog):
+    """TRL's `cache_implementation`: "dynamic" is the prefill's own cache (shared prefill, the
+    same samples); "static" asks generate for a cache of its kind (plain generate, logged once)."""
+    model = _generation_model()
+    prompt_ids, prompt_mask, _, _ = _batch([5, 9], [[1, 1, 1], [1, 1, 1]])
+    install_shared_prefill(model)
+    plain_generate = model.generate.without_shared_prefill
+    mrtpo.shared_prompt._log_plain_generation.cache_clear()
+    for implementation, first_widths in (("dynamic", [(2, 8), (6, 1)]), ("static", [(6, 9)])):
+        config = GenerationConfig(**GENERATION, cache_implementation=implementation)
+        settings = dict(generation_config=config)
+        plain, _ = _generate(plain_generate, model, prompt_ids, prompt_mask, **settings)
+        with caplog.at_level(logging.WARNING, logger="mrtpo.shared_prompt"):
+            for _ in range(2):
+                shared, widths = _generate(
+                    model.generate, model, prompt_ids, prompt_mask, **settings
+                )
+        assert widths[: len(first_widths)] == first_widths, implementation
+        assert torch.equal(shared.sequences, plain.sequences), implementation
+        assert config.cache_implementation == implementation  # the caller's config untouched
+    assert caplog.text.count("cache_implementation='static'") == 1
+    assert "'dynamic'" not in caplog.text

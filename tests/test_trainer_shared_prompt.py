@@ -211,3 +211,11 @@ def test_micro_batches_whose_every_completion_is_masked_train_and_evaluate(tmp_p
     evaluations = {share: run.evaluate(toy_dataset()) for share, run in runs.items()}
     assert evaluations[True]["eval_loss"] == evaluations[False]["eval_loss"] == 0.0
     assert evaluations[True]["eval_completions/clipped_ratio"] == 1.0
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_trl_cache_implementation_trains_with_sharing(tmp_path, cache_implementation):
+    settings = dict(max_steps=1, cache_implementation=cache_implementation)
+    shared = train(tmp_path, True, **settings)
+    assert shared._shares_prompt
+    assert_same_run(shared, train(tmp_path, False, **settings))

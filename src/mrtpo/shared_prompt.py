@@ -34,7 +34,9 @@ their groups together) and generating with one prefill per prompt
 
 from __future__ import annotations
 
+import copy
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -48,6 +50,8 @@ ATTENTION_NAME = "mrtpo_shared_prompt"
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")  # the families the exactness tests cover
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 _IGNORE = -100  # the label that TRL's fused head does not score
+
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------ groups
@@ -467,8 +471,10 @@ def generate_with_shared_prefill(
     ``generate`` continues from it, computing the last prompt token for every row, so sampling
     starts from the same (B, V) logits as plain ``generate``. Returns what ``generate``
     returns, e.g. (B, P + new tokens). Plain ``generate`` when no two rows share a prompt, for
-    one-token prompts, or when ``generate`` would expand the batch itself (beams or
-    ``num_return_sequences``).
+    one-token prompts, when ``generate`` would expand the batch itself (beams or
+    ``num_return_sequences``), or when a ``cache_implementation`` other than ``"dynamic"`` asks
+    ``generate`` for a cache of its own kind (``"static"``...; logged once). ``"dynamic"`` is
+    the prefill's own kind of cache, so it is honoured by handing that cache on.
     """
     generate = getattr(model.generate, "without_shared_prefill", model.generate)
     sizes = prompt_groups(input_ids, attention_mask)
@@ -477,8 +483,23 @@ def generate_with_shared_prefill(
         (generate_kwargs.get(name) or getattr(config, name, None) or 1) > 1
         for name in ("num_beams", "num_return_sequences")
     )
-    if max(sizes, default=1) == 1 or input_ids.size(1) < 2 or expands:
+    implementation = generate_kwargs.get(
+        "cache_implementation", getattr(config, "cache_implementation", None)
+    )
+    if implementation not in (None, "dynamic"):
+        _log_plain_generation(implementation)
+    if (
+        max(sizes, default=1) == 1
+        or input_ids.size(1) < 2
+        or expands
+        or implementation not in (None, "dynamic")
+    ):
         return generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
+    if implementation == "dynamic":  # generate refuses a cache beside a cache_implementation
+        config = copy.deepcopy(config)
+        config.cache_implementation = None
+        generate_kwargs = {**generate_kwargs, "generation_config": config}
+        generate_kwargs.pop("cache_implementation", None)
     sizes_t = torch.tensor(sizes, device=input_ids.device)
     first_rows = torch.cumsum(sizes_t, 0) - sizes_t
     prefix_mask = attention_mask[first_rows, :-1]
@@ -526,3 +547,12 @@ def install_shared_prefill(model: torch.nn.Module) -> None:
 
 
 _CACHE_NAMES = ("cache", "past_key_values")
+
+
+@functools.cache
+def _log_plain_generation(cache_implementation: str) -> None:
+    logger.warning(
+        "share_prompt: generating without the shared prefill: cache_implementation=%r builds "
+        "a cache of its own kind (the prefill's cache is a dynamic one)",
+        cache_implementation,
+    )
