@@ -13,6 +13,7 @@ ESTIMATORS = tuple(advantages.ESTIMATORS)  # "mrtpo", "gdpo", "grpo"
 WEIGHTINGS = tuple(advantages.WEIGHTINGS)  # "static", "saw"
 REPLAY_MODES = ("leave_one_out", "add_one")
 REPLAY_INFORMATION = ("own", "placebo")
+TOKEN_RELEVANCE = ("replay", "entropy")
 
 
 @dataclass
@@ -114,6 +115,15 @@ class MRTPOConfig(GRPOConfig):
             "choices": list(REPLAY_INFORMATION),
         },
     )
+    token_relevance: str = field(
+        default="replay",
+        metadata={
+            "help": "Where MRTPO's token distances come from: 'replay' (each reward's verifier "
+            "information, METHOD.md) or 'entropy' (a control that costs no replay: the policy's "
+            "own next-token entropy at each response token, the same for every reward).",
+            "choices": list(TOKEN_RELEVANCE),
+        },
+    )
     shuffle_token_weights: bool = field(
         default=False,
         metadata={"help": "Ablation: permute each response's token weights among its own tokens."},
@@ -149,6 +159,16 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 f"replay_information must be one of {', '.join(REPLAY_INFORMATION)}, got "
                 f"{self.replay_information!r}"
+            )
+        if self.token_relevance not in TOKEN_RELEVANCE:
+            raise ValueError(
+                f"token_relevance must be one of {', '.join(TOKEN_RELEVANCE)}, got "
+                f"{self.token_relevance!r}"
+            )
+        if self.token_relevance == "entropy" and self.replay_information != "own":
+            raise ValueError(
+                "token_relevance='entropy' replays nothing, so replay_information="
+                f"{self.replay_information!r} has no effect: leave it at 'own'"
             )
         for name in ("replay_batch_size", "replay_chunk_size"):
             value = getattr(self, name)

@@ -226,7 +226,7 @@ class MRTPOTrainer(GRPOTrainer):
             normalized = advantages.per_reward(scored.rewards, group_size, eps=EPS)
             step.per_reward = torch.nan_to_num(normalized[scored.local])
         if self._estimator.token_level:
-            step.token = self._token_advantages(scored, step, group_size, width)
+            step.token = self._token_advantages(scored, step, group_size, output)
             output["advantages"] = step.token.advantages.to(output["completion_ids"].device)
             if step.token.slope is not None:  # see `_prepare_inputs`
                 output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
@@ -383,15 +383,22 @@ class MRTPOTrainer(GRPOTrainer):
         return weights
 
     def _token_advantages(
-        self, scored: ScoredBatch, step: StepAdvantages, group_size: int, width: int
+        self, scored: ScoredBatch, step: StepAdvantages, group_size: int, output: dict[str, Any]
     ) -> TokenAdvantages:
-        """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`."""
+        """Per-token advantages (B, T) of this process's rows, aligned with `completion_ids`.
+
+        output: TRL's batch (`prompt_ids`, `completion_ids` and their masks), this process's rows.
+        """
+        width = output["completion_ids"].shape[1]
         wanted = self._pairs_to_replay(step.per_reward)
         if self._beta_stays_zero():
             # Beta 0 at every step this batch serves: uniform weights whatever the distances.
             wanted = torch.zeros_like(wanted)
         rows = wanted.any(dim=1).nonzero().flatten().tolist()
-        replay = self._replay(scored, width, rows, wanted[rows])
+        if self.args.token_relevance == "entropy":
+            replay = self._entropy_distances(scored, output, rows, wanted[rows])
+        else:
+            replay = self._replay(scored, width, rows, wanted[rows])
         beta = self._beta()
         # The estimator takes the whole batch's rewards (group and batch statistics) and
         # distances for every row. Pairs that are not replayed (other processes' rows, pairs
@@ -538,6 +545,46 @@ class MRTPOTrainer(GRPOTrainer):
             seconds=time.perf_counter() - started,
             replayed=wanted.to(device),
         )
+
+    def _entropy_distances(
+        self,
+        scored: ScoredBatch,
+        output: dict[str, Any],
+        rows: list[int],
+        wanted: torch.Tensor,
+    ) -> ReplayResult:
+        """The entropy control (`token_relevance="entropy"`): in place of each reward's replay
+        distance, the policy's own next-token entropy at each response token (TRL's, at its
+        temperature), the same for every reward, from one no-grad forward of `rows`.
+
+        A replay that only finds the tokens where the policy is uncertain would weight the
+        tokens as this does, without any verifier information. Same shapes as `_replay`'s
+        result (wanted: (R, K) bool; distance 0 on the pairs not wanted).
+        """
+        device = self.accelerator.device
+        width = output["completion_ids"].shape[1]
+        wanted = wanted.to(device, torch.bool)
+        if not rows:
+            empty = torch.zeros(0, len(self.reward_funcs), width, device=device)
+            return ReplayResult([], empty, empty[:, 0], 0.0, wanted)
+        started = time.perf_counter()
+        index = torch.tensor(rows, device=output["completion_ids"].device)
+        input_ids = torch.cat([output["prompt_ids"][index], output["completion_ids"][index]], 1)
+        attention_mask = torch.cat(
+            [output["prompt_mask"][index], output["completion_mask"][index]], 1
+        )
+        with torch.no_grad():
+            _, entropies, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                width,
+                batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=True,
+            )
+        trained = scored.trained_mask(width)[rows].to(device)
+        distance = (entropies.float().to(device) * trained).unsqueeze(1) * wanted.unsqueeze(-1)
+        return ReplayResult(list(rows), distance, trained, time.perf_counter() - started, wanted)
 
     def _replay_infos(self, scored: ScoredBatch) -> list[list[str]]:
         """[B][K] the verifier information each local row is replayed with.
@@ -741,6 +788,15 @@ class MRTPOTrainer(GRPOTrainer):
         for k, name in enumerate(self.reward_func_names):
             metrics[f"mrtpo/distance/{name}/mean"].append(_ratio(totals[0, k]))
             metrics[f"mrtpo/distance/{name}/top10_share"].append(_ratio(totals[1, k]))
+        # What MRTPO moves (A_t minus GDPO's advantage, D_t / d of docs/METHOD.md) against
+        # GDPO's part, root mean squares over the trained tokens: above 1, the re-allocation
+        # dominates the advantage (at this step's beta; it grows linearly with beta).
+        trained = scored.trained_mask(token.advantages.shape[1]).to(device)
+        response = step.response.to(device).unsqueeze(1) * trained
+        moved = (token.advantages.to(device) - response) * trained
+        squares = torch.stack([moved.square().sum(), response.square().sum()])
+        squares = self.accelerator.reduce(squares, reduction="sum")
+        metrics["mrtpo/reallocation_ratio"].append(math.sqrt(_ratio(squares)))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # The replay's share of the step: replay seconds over TRL's step time, same window.

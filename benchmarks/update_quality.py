@@ -1,0 +1,1018 @@
+"""Does each step point uphill? Every estimator's update against the policy gradient, paired.
+
+For a *state* (a policy and a task), P prompts x 4 responses are sampled once at temperature 1
+and scored by the task's verifiers (`sample_batch`). They are cut into disjoint mini-batches of
+the training shape (4 prompts x 4 responses: one optimizer step of the powered study). On each
+mini-batch, every estimator's update is the gradient of the loss the trainer optimizes (TRL's
+`_compute_loss` at the first iteration, with that estimator's advantages made by the trainer's
+own code: the estimator registry, `MRTPOTrainer._token_advantages` and its replay), and it is
+compared with a **reference direction**: the unbiased policy gradient of the expected reward
+(sequence log-probability, each prompt's leave-one-out mean as the baseline, no std scaling),
+for the summed reward and for each reward alone, built from the *other* mini-batches' prompts
+only (the total minus the mini-batch's own part), so that an estimator and its reference share
+no sample.
+
+Measures per (mini-batch, estimator): the cosine with the reference, the gradient norm, the
+first-order gain of the step the clip (max_grad_norm 1) allows, `ref . g / max(1, |g|)` (the
+reference scaled to the mean over prompts of (1/G) sum_i a_i grad log p(y_i): d E[R] / d theta),
+and for the token-level estimators the norm of the difference from GDPO's gradient.
+
+Token advantages are affine in beta (also where the bounded normalization engages: the same
+branch at every beta), and so is the loss gradient: an estimator at beta is
+`(1 - beta) g_gdpo + beta g_1`. So each token-level variant is measured once, at beta = 1, and
+its values at beta 0.25 and 0.5 come from the stored dot products (`blend`), exact
+(`tests/test_update_quality_bench.py` checks against a direct computation at beta 0.5).
+
+Two passes, resumable, in `--lanes` processes (each takes the mini-batches b with
+b % lanes == lane): `reference` (each mini-batch's per-reward reference part, summed per lane
+into `checkpoints/reference-lane<i>.pt`) and `measure` (each mini-batch again: its reference part
+subtracted from the total, every estimator's gradient, dot products streamed, one
+`measures/batch<b>.json`). Samples are committed (`samples/batch<b>.json`, token ids included)
+so a measurement resumes on another machine from the same responses.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/update_quality.py --state smollm2_tool_calling \
+        --sample pilot --lane 0 --lanes 2 &   # and --lane 1 beside it
+    .venv/bin/python benchmarks/update_quality.py --power --state smollm2_tool_calling
+    .venv/bin/python benchmarks/update_quality.py --report
+
+Results: `benchmarks/results/update-quality/` (README.md, cosines.png, plan.json; per state and
+sample: samples/, measures/, run.json; power.json from the pilot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import convergence  # noqa: E402  (a sibling script: the cold start, machine, paired t)
+import convergence_powered  # noqa: E402  (Holm)
+
+RESULTS = Path("benchmarks/results/update-quality")
+PLAN_FILE, POWER_FILE, RUN_FILE = "plan.json", "power.json", "run.json"
+CHECKPOINTS = "checkpoints"  # ignored by git: the cold start, the reference sums
+GROUP_SIZE = 4  # responses per prompt
+PROMPTS_PER_BATCH = 4  # the training shape: one optimizer step of the powered study
+SAMPLES = ("pilot", "main")
+
+
+@dataclass(frozen=True)
+class State:
+    """A policy and a task. `model` is an embedded model's name, or "cold_start": the powered
+    study's SmolLM2 tool-calling cold start, rebuilt by its own recipe."""
+
+    task: str
+    model: str
+    max_completion_length: int
+    learning_rate: float
+    data: str | None = None  # a train file (default: the task's bundled train split)
+    seed: int = 0
+
+
+STATES: dict[str, State] = {
+    # Exactly the powered study's: its cold start, its training rows, completion length and rate.
+    "smollm2_tool_calling": State(
+        task="tool_calling",
+        model="cold_start",
+        max_completion_length=96,
+        learning_rate=1e-5,
+        data="benchmarks/results/convergence-powered/tool_calling/data/train.jsonl",
+    ),
+    # As installed, on the bundled SQL task, with the recipe's completion length and rate
+    # (recipes/sql-qwen2.5-coder-0.5b.yaml).
+    "qwen_sql": State(
+        task="sql",
+        model="qwen2.5-coder-0.5b-instruct",
+        max_completion_length=128,
+        learning_rate=1e-6,
+    ),
+}
+
+# Measured directly (one gradient each per mini-batch). "ref/<reward>" are the references.
+# The token-level variants at beta = 1: the trainer's settings that make each.
+TOKEN_VARIANTS: dict[str, dict[str, Any]] = {
+    "mrtpo": {"replay_information": "own", "shuffle_token_weights": False, "token_relevance": "replay"},
+    "placebo": {"replay_information": "placebo", "shuffle_token_weights": False, "token_relevance": "replay"},
+    "shuffled": {"replay_information": "own", "shuffle_token_weights": True, "token_relevance": "replay"},
+    "entropy": {"replay_information": "own", "shuffle_token_weights": False, "token_relevance": "entropy"},
+}  # fmt: skip
+RESPONSE_LEVEL = ("grpo", "gdpo")
+# Every estimator of the report: (variant, beta); beta None for the response-level ones.
+ESTIMATORS: dict[str, tuple[str, float | None]] = {
+    "grpo": ("grpo", None),
+    "gdpo": ("gdpo", None),
+    "mrtpo(0.25)": ("mrtpo", 0.25),
+    "mrtpo(0.5)": ("mrtpo", 0.5),
+    "mrtpo(1)": ("mrtpo", 1.0),
+    "placebo(0.5)": ("placebo", 0.5),
+    "placebo(1)": ("placebo", 1.0),
+    "shuffled(0.5)": ("shuffled", 0.5),
+    "shuffled(1)": ("shuffled", 1.0),
+    "entropy(0.5)": ("entropy", 0.5),
+    "entropy(1)": ("entropy", 1.0),
+}
+PRIMARY_CONTRASTS = (
+    ("mrtpo(0.5)", "gdpo"),
+    ("mrtpo(0.5)", "placebo(0.5)"),
+    ("mrtpo(0.5)", "shuffled(0.5)"),
+)
+SECONDARY_CONTRASTS = (
+    ("mrtpo(0.25)", "gdpo"),
+    ("mrtpo(1)", "gdpo"),
+    ("mrtpo(1)", "placebo(1)"),
+    ("mrtpo(1)", "shuffled(1)"),
+    ("mrtpo(0.5)", "entropy(0.5)"),
+    ("entropy(0.5)", "gdpo"),
+    ("gdpo", "grpo"),
+)
+ALPHA, POWER, EFFECT_SHARE = 0.05, 0.8, 0.2  # detect 20% of gdpo's mean cosine, power 0.8
+PILOT_BATCHES = 8
+MAX_GRAD_NORM = 1.0  # the trainer's clip (MRTPOConfig's default, the study's)
+
+ANALYSIS = f"""\
+Written before the first measurement and stored in `plan.json`; a run with another plan is
+refused.
+
+- **Primary endpoint**: per mini-batch (4 prompts x 4 responses, the training shape), the
+  cosine between an estimator's update (the gradient of TRL's loss at the first iteration) and
+  the reference direction for the summed reward (the leave-one-out policy gradient from every
+  other mini-batch's prompts).
+- **Contrasts**, per state, paired by mini-batch: mrtpo(0.5) - gdpo, mrtpo(0.5) - placebo(0.5),
+  mrtpo(0.5) - shuffled(0.5); 3 contrasts x 2 states = 6 tests.
+- **Test**: two-sided paired t-test over the mini-batches, Holm's step-down correction over the
+  6 p-values, family-wise alpha = {ALPHA}. **Estimates**: the mean difference with its 95% t
+  interval (not corrected).
+- **Sample size**: per state, from a pilot on a separate sample ({PILOT_BATCHES} mini-batches of
+  other prompts): the number of mini-batches for power {POWER} to detect a difference of
+  {EFFECT_SHARE:.0%} of gdpo's mean pilot cosine in mrtpo(0.5) - gdpo at alpha {ALPHA}/6 (Holm's
+  first step), with the pilot's SD of that difference; capped by the budget, and the power then
+  reached stated. No mini-batch is dropped or replaced.
+- **Secondary** (uncorrected, 95% t intervals): the beta dose-response (mrtpo at 0.25, 0.5, 1);
+  beta = 1 against its controls (the powered study's setting); the entropy control (token
+  weights from the policy's own next-token entropy, no replay); grpo; each reward's own
+  reference; gradient norms; the first-order gain of the clipped step; the norm of mrtpo's
+  difference from gdpo's gradient.
+- **Reading**, fixed in advance (per state; "differs" = significant after Holm):
+  - mrtpo(0.5) above gdpo, the placebo and the shuffled weights: the verifier's own information
+    makes the step point further uphill;
+  - above gdpo but not above the placebo: any added context helps the step (the information is
+    not what matters);
+  - above gdpo and the placebo but not the shuffled weights: the weights' spread helps, not
+    where they fall;
+  - below gdpo: the reallocation displaces the uniform signal; the dose-response (cosine
+    falling with beta) is the evidence, and the gradient norms say whether the clip is why;
+  - no difference from gdpo: no effect on the step's direction at this scale, the interval of
+    mrtpo(0.5) - gdpo bounding it;
+  - the entropy control matching mrtpo (secondary): the replay finds what the policy's own
+    uncertainty finds;
+  - any other pattern is reported as it is, with its direction.
+"""
+
+
+# ----------------------------------------------------------------------------- paths, plan
+
+
+def state_dir(results: Path, state: str) -> Path:
+    return Path(results) / state
+
+
+def sample_dir(results: Path, state: str, sample: str) -> Path:
+    return state_dir(results, state) / sample
+
+
+def plan(states: Mapping[str, State] = STATES) -> dict[str, Any]:
+    """The design and the analysis: what a run compares against the stored `plan.json`."""
+    return {
+        "analysis": ANALYSIS,
+        "states": {name: vars(state) for name, state in states.items()},
+        "group_size": GROUP_SIZE,
+        "prompts_per_batch": PROMPTS_PER_BATCH,
+        "pilot_batches": PILOT_BATCHES,
+        "estimators": {name: list(spec) for name, spec in ESTIMATORS.items()},
+        "token_variants": TOKEN_VARIANTS,
+        "primary_contrasts": [list(c) for c in PRIMARY_CONTRASTS],
+        "secondary_contrasts": [list(c) for c in SECONDARY_CONTRASTS],
+        "alpha": ALPHA,
+        "power": POWER,
+        "effect_share": EFFECT_SHARE,
+        "max_grad_norm": MAX_GRAD_NORM,
+    }
+
+
+def record_plan(results: Path, wanted: Mapping[str, Any] | None = None) -> None:
+    """Write `plan.json` before the first measurement; refuse a run whose plan differs."""
+    wanted = json.loads(json.dumps(wanted if wanted is not None else plan()))
+    path = Path(results) / PLAN_FILE
+    stored = _read_json(path)
+    if stored is None:
+        _write_json(path, wanted)
+        return
+    if stored != wanted:
+        changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+        raise SystemExit(
+            f"{path} holds another plan (differs in: {', '.join(changed)}); the analysis is fixed "
+            "before the measurement: measure into another --results folder"
+        )
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text()) if Path(path).is_file() else None
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(value, indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def prompt_order(num_rows: int, seed: int) -> list[int]:
+    """A seeded permutation of the train rows: the pilot takes the first PILOT_BATCHES *
+    PROMPTS_PER_BATCH, the main sample the rest, so the two share no prompt."""
+    return np.random.default_rng(seed).permutation(num_rows).tolist()
+
+
+def batch_rows(num_rows: int, seed: int, sample: str, batch: int) -> list[int]:
+    """The dataset rows of mini-batch `batch` of `sample`."""
+    order = prompt_order(num_rows, seed)
+    start = (0 if sample == "pilot" else PILOT_BATCHES) + batch
+    rows = order[start * PROMPTS_PER_BATCH : (start + 1) * PROMPTS_PER_BATCH]
+    if len(rows) < PROMPTS_PER_BATCH:
+        raise ValueError(
+            f"sample {sample!r} batch {batch}: the split has {num_rows} rows, too few for it"
+        )
+    return rows
+
+
+def max_batches(num_rows: int, sample: str) -> int:
+    pilot_rows = PILOT_BATCHES * PROMPTS_PER_BATCH
+    if sample == "pilot":
+        return PILOT_BATCHES
+    return (num_rows - pilot_rows) // PROMPTS_PER_BATCH
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+
+def _trainer_class() -> type:
+    from mrtpo.trainer import MRTPOTrainer
+
+    class MeasuringTrainer(MRTPOTrainer):
+        """The trainer, able to reuse one forward's log-probabilities for several losses
+        (`reusing_forward`): each loss is TRL's `_compute_loss` on the same graph."""
+
+        reused: tuple[Any, Any] | None = None
+
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            if self.reused is not None:
+                return (*self.reused, None)
+            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
+    return MeasuringTrainer
+
+
+def build_trainer(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    dataset: Any,
+    state: State,
+    output_dir: Path,
+    device: str = "cpu",
+    **overrides: Any,
+) -> Any:
+    """An MRTPO trainer with the powered study's settings (mrtpo at beta 1, no warm-up: the
+    variants are switched by `configured`); never trained, used for its hooks."""
+    from mrtpo.training import train_config
+
+    settings: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "seed": state.seed,
+        "max_steps": 1,
+        "num_generations": GROUP_SIZE,
+        "per_device_train_batch_size": GROUP_SIZE * PROMPTS_PER_BATCH,
+        "gradient_accumulation_steps": 1,
+        "max_completion_length": state.max_completion_length,
+        "learning_rate": state.learning_rate,
+        "advantage_estimator": "mrtpo",
+        "mrtpo_beta": 1.0,
+        "mrtpo_warmup_steps": 0,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "max_grad_norm": MAX_GRAD_NORM,
+    }
+    if device == "cpu":
+        settings.update(use_cpu=True, bf16=False, dataloader_pin_memory=False)
+    config = train_config(**{**settings, **overrides})
+    trainer = _trainer_class()(
+        model=model,
+        reward_funcs=task.verifiers(),
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.model.train()
+    return trainer
+
+
+@contextlib.contextmanager
+def configured(trainer: Any, **fields: Any) -> Iterator[Any]:
+    """The trainer with some `MRTPOConfig` fields set for a while (the variants' switches)."""
+    before = {name: getattr(trainer.args, name) for name in fields}
+    for name, value in fields.items():
+        setattr(trainer.args, name, value)
+    try:
+        yield trainer
+    finally:
+        for name, value in before.items():
+            setattr(trainer.args, name, value)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def sample_batch(trainer: Any, rows: Sequence[Mapping[str, Any]], seed: int) -> dict[str, Any]:
+    """Generate GROUP_SIZE responses to each of `rows` with TRL's own generation and score
+    them with the task's verifiers (the trainer's `_generate_and_score_completions`, GDPO's
+    advantages: nothing replayed). Returns a JSON-able record from which `batch_inputs`
+    rebuilds the trainer's batch exactly."""
+    import torch
+
+    from mrtpo import advantages
+
+    inputs = [dict(row) for row in rows for _ in range(GROUP_SIZE)]  # TRL's repeat sampler
+    torch.manual_seed(seed)
+    estimator = trainer._estimator
+    trainer._estimator = advantages.get_estimator("gdpo")
+    try:
+        output = trainer._generate_and_score_completions(inputs)
+    finally:
+        trainer._estimator = estimator
+    scored = trainer._scored
+    prompt_lengths = output["prompt_mask"].sum(dim=1).tolist()
+    completion_lengths = output["completion_mask"].sum(dim=1).tolist()
+    width = output["prompt_ids"].shape[1]
+    return {
+        "seed": seed,
+        "prompts": list(scored.prompts),
+        "completions": list(scored.completions),
+        "prompt_ids": [
+            ids[width - n :]
+            for ids, n in zip(output["prompt_ids"].tolist(), prompt_lengths, strict=False)
+        ],
+        "completion_ids": [
+            ids[:n]
+            for ids, n in zip(output["completion_ids"].tolist(), completion_lengths, strict=False)
+        ],
+        "completion_width": output["completion_ids"].shape[1],
+        "rewards": scored.rewards.tolist(),
+        "reward_names": list(trainer.reward_func_names),
+        "verdicts": [
+            [[v.score, v.info, [list(span) for span in v.spans]] for v in verdicts]
+            if verdicts is not None
+            else None
+            for verdicts in scored.verdicts
+        ],
+        "scored_completion_ids": [list(ids) for ids in scored.completion_ids],
+        "extra": {
+            key: (value if isinstance(value, (int, float, str)) else None)
+            for key, value in rows[0].items()
+            if key == "id"
+        },
+    }
+
+
+def batch_inputs(trainer: Any, record: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(TRL's batch dict, the trainer's `ScoredBatch`) of a sampled record: prompts left-padded,
+    completions right-padded with the tokenizer's pad id, as TRL pads them."""
+    import torch
+
+    from mrtpo.step_data import ScoredBatch
+    from mrtpo.verifiers import Verdict
+
+    pad = trainer._tokenizer.pad_token_id
+    prompt_width = max(len(ids) for ids in record["prompt_ids"])
+    width = record["completion_width"]
+    prompt_ids = torch.tensor(
+        [[pad] * (prompt_width - len(ids)) + ids for ids in record["prompt_ids"]]
+    )
+    prompt_mask = torch.tensor(
+        [[0] * (prompt_width - len(ids)) + [1] * len(ids) for ids in record["prompt_ids"]]
+    )
+    completion_ids = torch.tensor(
+        [ids + [pad] * (width - len(ids)) for ids in record["completion_ids"]]
+    )
+    completion_mask = torch.tensor(
+        [[1] * len(ids) + [0] * (width - len(ids)) for ids in record["completion_ids"]]
+    )
+    device = trainer.accelerator.device
+    inputs = {
+        "prompt_ids": prompt_ids.to(device),
+        "prompt_mask": prompt_mask.to(device),
+        "completion_ids": completion_ids.to(device),
+        "completion_mask": completion_mask.to(device),
+        "num_items_in_batch": completion_mask.sum().to(device),
+    }
+    verdicts = [
+        [
+            Verdict(score, info, tuple(tuple(span) for span in spans))
+            for score, info, spans in column
+        ]
+        if column is not None
+        else None
+        for column in record["verdicts"]
+    ]
+    rows = len(record["prompts"])
+    scored = ScoredBatch(
+        prompts=record["prompts"],
+        completions=record["completions"],
+        completion_ids=record["scored_completion_ids"],
+        rewards=torch.tensor(record["rewards"], dtype=torch.float32, device=device),
+        verdicts=verdicts,
+        local=slice(0, rows),
+        loss_mask=completion_mask.float(),
+    )
+    return inputs, scored
+
+
+# ----------------------------------------------------------------------------- directions
+
+
+def leave_one_out(rewards: Any, group_size: int = GROUP_SIZE) -> Any:
+    """Each response's reward minus the mean of the other responses to its prompt:
+    Tensor[N, K] from Tensor[N, K] (a reward with no score counts 0; none here has)."""
+    import torch
+
+    rewards = torch.nan_to_num(rewards)
+    grouped = rewards.view(-1, group_size, rewards.shape[1])
+    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    return (grouped - others).view_as(rewards)
+
+
+def estimator_advantages(
+    trainer: Any, inputs: Mapping[str, Any], scored: Any, batch: int
+) -> dict[str, Any]:
+    """Each directly measured estimator's advantages on the batch, made by the trainer's code:
+    grpo and gdpo (Tensor[N]) by the registry as `_generate_and_score_completions` calls it;
+    each token-level variant (Tensor[N, T]) by `_token_advantages` at beta 1 (its replay, or
+    the entropy forward), with the variant's switches set. The step (`global_step`) is the
+    mini-batch's index: the placebo's pairing and the shuffle's permutation are the ones the
+    trainer would draw at that step."""
+    import torch
+
+    from mrtpo import advantages
+    from mrtpo.step_data import StepAdvantages
+    from mrtpo.trainer import EPS
+
+    out: dict[str, Any] = {}
+    weights = trainer._step_reward_weights(scored.rewards)
+    for name in RESPONSE_LEVEL:
+        out[name] = advantages.get_estimator(name)(
+            scored.rewards, GROUP_SIZE, weights, scale=trainer.scale_rewards, eps=EPS
+        )
+    normalized = torch.nan_to_num(advantages.per_reward(scored.rewards, GROUP_SIZE, eps=EPS))
+    step = StepAdvantages(weights, out["gdpo"], per_reward=normalized, token=None)
+    trainer.state.global_step = batch
+    output = {
+        key: inputs[key]
+        for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+    }
+    for name, switches in TOKEN_VARIANTS.items():
+        with configured(trainer, mrtpo_beta=1.0, mrtpo_warmup_steps=0, **switches):
+            token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
+        out[name] = token.advantages
+    return out
+
+
+def flat_gradient(model: Any) -> Any:
+    """The model's gradient as one float32 vector (0 for a parameter without one)."""
+    import torch
+
+    parts = []
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            continue
+        grad = parameter.grad
+        parts.append(
+            torch.zeros(parameter.numel(), dtype=torch.float32)
+            if grad is None
+            else grad.detach().reshape(-1).float().cpu()
+        )
+    return torch.cat(parts)
+
+
+def batch_gradients(
+    trainer: Any,
+    inputs: Mapping[str, Any],
+    coefficients: Mapping[str, Any],
+    on_gradient: Any,
+) -> None:
+    """For each entry of `coefficients`, the ascent direction (minus the loss gradient) of
+    the batch, passed to `on_gradient(name, vector)` in order.
+
+    An estimator's entry is its advantages, Tensor[N] or Tensor[N, T]: the loss is TRL's
+    `_compute_loss` on the whole batch (one optimizer step of the training shape: TRL's
+    normalizer is the batch's tokens). A reference's entry is ("sequence", Tensor[N]): the
+    loss -sum_i a_i sum_t log p(y_i,t). One forward, reused by every loss
+    (`MeasuringTrainer`), one backward each.
+    """
+    import torch
+
+    model = trainer.model
+    trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    width = inputs["completion_ids"].shape[1]
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, width, compute_entropy=True
+    )
+    mask = inputs["completion_mask"].float()
+    trainer.reused = (logps, entropies)
+    try:
+        for name, coefficient in coefficients.items():
+            model.zero_grad(set_to_none=True)
+            if isinstance(coefficient, tuple):  # a reference: sequence log-probabilities
+                loss = -(coefficient[1].to(logps.device).unsqueeze(1) * logps * mask).sum()
+            else:
+                loss = trainer._compute_loss(model, {**inputs, "advantages": coefficient})
+            loss.backward(retain_graph=True)
+            on_gradient(name, flat_gradient(model))
+    finally:
+        trainer.reused = None
+        model.zero_grad(set_to_none=True)
+
+
+def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
+    """`batch_gradients`' entries of the per-reward references: ("sequence", a_k) with a_k
+    each response's leave-one-out advantage of reward k."""
+    centred = leave_one_out(scored.rewards.float().cpu())
+    return {f"ref/{name}": ("sequence", centred[:, k]) for k, name in enumerate(names)}
+
+
+# ----------------------------------------------------------------------------- the passes
+
+
+def reference_pass(trainer: Any, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The batch's own part of each per-reward reference: {"ref/<reward>": vector}."""
+    inputs, scored = batch_inputs(trainer, record)
+    parts: dict[str, Any] = {}
+    batch_gradients(
+        trainer,
+        inputs,
+        reference_coefficients(scored, record["reward_names"]),
+        lambda name, vector: parts.__setitem__(name, vector),
+    )
+    return parts
+
+
+def measure_batch(
+    trainer: Any, record: Mapping[str, Any], batch: int, totals: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Every direction of one mini-batch against its leave-batch-out references.
+
+    totals: {"ref/<reward>": the sum of every mini-batch's part} (`reference_pass`).
+    Returns the dot products the report needs: the references' Gram matrix, and per measured
+    direction its dots with each reference, its squared norm and its dot with gdpo's.
+    """
+    inputs, scored = batch_inputs(trainer, record)
+    names = [f"ref/{name}" for name in record["reward_names"]]
+    coefficients = reference_coefficients(scored, record["reward_names"])
+    started = time.perf_counter()
+    estimated = estimator_advantages(trainer, inputs, scored, batch)
+    advantage_seconds = time.perf_counter() - started
+    coefficients.update(estimated)
+    references: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    directions: dict[str, dict[str, Any]] = {}
+
+    def take(name: str, vector: Any) -> None:
+        if name in names:  # the other mini-batches' part: the total minus this one's
+            references[name] = totals[name] - vector
+            return
+        entry = {
+            "ref_dots": [float(vector.double() @ references[r].double()) for r in names],
+            "norm2": float(vector.double() @ vector.double()),
+        }
+        if name == "gdpo":
+            kept["gdpo"] = vector
+        if "gdpo" in kept:
+            entry["dot_gdpo"] = float(vector.double() @ kept["gdpo"].double())
+        directions[name] = entry
+
+    started = time.perf_counter()
+    batch_gradients(trainer, inputs, coefficients, take)
+    gram = [[float(references[a].double() @ references[b].double()) for b in names] for a in names]
+    return {
+        "batch": batch,
+        "reward_names": record["reward_names"],
+        "rewards_mean": np.nanmean(np.array(record["rewards"], dtype=float), axis=0).tolist(),
+        "varying_pairs_share": _varying_share(scored.rewards),
+        "ref_gram": gram,
+        "directions": directions,
+        "seconds": {"advantages": advantage_seconds, "gradients": time.perf_counter() - started},
+    }
+
+
+def _varying_share(rewards: Any) -> float:
+    """The share of (row, reward) pairs whose reward varies within the row's group."""
+    import torch
+
+    grouped = torch.nan_to_num(rewards).view(-1, GROUP_SIZE, rewards.shape[1])
+    varying = (grouped.max(dim=1).values > grouped.min(dim=1).values).float()
+    return float(varying.mean())
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Lane:
+    """One process's share of a sample: the mini-batches b with b % lanes == lane."""
+
+    results: Path
+    state_name: str
+    sample: str
+    batches: int
+    lane: int = 0
+    lanes: int = 1
+    device: str = "cpu"
+    model_path: str | None = None  # tests: a saved tiny model instead of the state's policy
+    task_data: str | None = None
+    waited: float = field(default=0.0)
+
+    @property
+    def folder(self) -> Path:
+        return sample_dir(self.results, self.state_name, self.sample)
+
+    def mine(self) -> list[int]:
+        return [b for b in range(self.batches) if b % self.lanes == self.lane]
+
+
+def policy_path(lane: Lane, state: State) -> str:
+    """The state's policy: a test's model, the embedded model, or the powered study's cold
+    start (built once into this state's folder, by the study's own recipe)."""
+    if lane.model_path is not None:
+        return lane.model_path
+    if state.model != "cold_start":
+        return state.model
+    args = argparse.Namespace(
+        results=state_dir(lane.results, lane.state_name),
+        cold_start=None,
+        model_name_or_path=None,
+        sft_max_steps=3,
+        device="cpu" if lane.device == "cpu" else lane.device,
+    )
+    folder = convergence.cold_start_dir(args)
+    with convergence.run_lock(folder.parent, wait=True):
+        return str(convergence.build_cold_start(args))
+
+
+def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
+    """(trainer, dataset, task, tokenizer, state) of a lane."""
+    import torch
+
+    from mrtpo import tasks
+    from mrtpo.models import load_model
+
+    state = STATES[lane.state_name]
+    task = tasks.get(state.task)
+    data = lane.task_data or state.data
+    dataset = task.load("train", path=data)
+    model, tokenizer = load_model(policy_path(lane, state), dtype=torch.float32)
+    trainer = build_trainer(
+        model, tokenizer, task, dataset, state, lane.folder / CHECKPOINTS / "trainer", lane.device
+    )
+    return trainer, dataset, task, tokenizer, state
+
+
+def sample_path(lane: Lane, batch: int) -> Path:
+    return lane.folder / "samples" / f"batch{batch:03d}.json"
+
+
+def measure_path(lane: Lane, batch: int) -> Path:
+    return lane.folder / "measures" / f"batch{batch:03d}.json"
+
+
+def reference_path(lane: Lane, lane_index: int) -> Path:
+    return lane.folder / CHECKPOINTS / f"reference-lane{lane_index}.pt"
+
+
+def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
+    """Sample, reference pass, then (once every lane's reference pass is in) measure pass, each
+    resuming where it stopped."""
+    import torch
+
+    trainer, dataset, _, _, state = load_state(lane)
+    limit = max_batches(len(dataset), lane.sample)
+    if lane.batches > limit:
+        raise SystemExit(f"{lane.sample}: at most {limit} mini-batches of these prompts")
+    record = _read_json(lane.folder / RUN_FILE) or {"lanes": {}}
+    info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
+    info["sessions"].append(_machine(lane))
+    info["batches"] = lane.batches
+    _write_json(lane.folder / RUN_FILE, record)
+
+    def spend(stage: str, started: float) -> None:
+        info["cpu_seconds"][stage] = (
+            info["cpu_seconds"].get(stage, 0.0) + time.process_time() - started
+        )
+        info["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        fresh = _read_json(lane.folder / RUN_FILE) or {"lanes": {}}
+        fresh["lanes"][str(lane.lane)] = info
+        _write_json(lane.folder / RUN_FILE, fresh)
+
+    seed_base = {"pilot": 1_000, "main": 2_000}[lane.sample] + 100_000 * state.seed
+    for batch in lane.mine():
+        if sample_path(lane, batch).is_file():
+            continue
+        started = time.process_time()
+        rows = [dataset[i] for i in batch_rows(len(dataset), state.seed, lane.sample, batch)]
+        _write_json(sample_path(lane, batch), sample_batch(trainer, rows, seed_base + batch))
+        spend("sample", started)
+
+    path = reference_path(lane, lane.lane)
+    partial = torch.load(path) if path.is_file() else {"batches": [], "sums": {}}
+    for batch in lane.mine():
+        if batch in partial["batches"]:
+            continue
+        started = time.process_time()
+        parts = reference_pass(trainer, _read_json(sample_path(lane, batch)))
+        for name, vector in parts.items():
+            partial["sums"][name] = partial["sums"].get(name, 0) + vector
+        partial["batches"].append(batch)
+        torch.save(partial, path.with_name(path.name + ".tmp"))
+        os.replace(path.with_name(path.name + ".tmp"), path)
+        spend("reference", started)
+
+    totals = wait_for_totals(lane, poll_seconds)
+    for batch in lane.mine():
+        if measure_path(lane, batch).is_file():
+            continue
+        started = time.process_time()
+        measured = measure_batch(trainer, _read_json(sample_path(lane, batch)), batch, totals)
+        _write_json(measure_path(lane, batch), measured)
+        spend("measure", started)
+
+
+def wait_for_totals(lane: Lane, poll_seconds: float) -> dict[str, Any]:
+    """The sum over all lanes' reference parts, once every mini-batch is in one."""
+    import torch
+
+    while True:
+        partials = [reference_path(lane, i) for i in range(lane.lanes)]
+        if all(p.is_file() for p in partials):
+            loaded = [torch.load(p) for p in partials]
+            done = sorted(b for part in loaded for b in part["batches"])
+            if done == list(range(lane.batches)):
+                totals: dict[str, Any] = {}
+                for part in loaded:
+                    for name, vector in part["sums"].items():
+                        totals[name] = totals.get(name, 0) + vector
+                return totals
+        time.sleep(poll_seconds)
+        lane.waited += poll_seconds
+
+
+def _machine(lane: Lane) -> dict[str, Any]:
+    args = argparse.Namespace(
+        threads=int(os.environ.get("OMP_NUM_THREADS", "0") or 0), device=lane.device
+    )
+    return convergence.machine(args)
+
+
+# ----------------------------------------------------------------------------- the analysis
+
+
+def load_measures(results: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """{state: {sample: [measures of its mini-batches, by index]}} from the results files."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for state in STATES:
+        for sample in SAMPLES:
+            folder = sample_dir(results, state, sample) / "measures"
+            records = [_read_json(path) for path in sorted(folder.glob("batch*.json"))]
+            if records:
+                out.setdefault(state, {})[sample] = records
+    return out
+
+
+def direction(record: Mapping[str, Any], estimator: str) -> dict[str, float]:
+    """An estimator's dots on one mini-batch: ref_dots [K], norm2, diff2 (its squared distance
+    from gdpo's gradient). At beta < 1 a token-level variant is the blend
+    (1 - beta) g_gdpo + beta g_variant(1), whose dots are bilinear in the measured ones."""
+    variant, beta = ESTIMATORS[estimator]
+    measured = record["directions"]
+    gdpo = measured["gdpo"]
+    if beta is None:
+        one = measured[variant]
+        cross = one.get("dot_gdpo", one["norm2"] if variant == "gdpo" else float("nan"))
+        return {
+            "ref_dots": list(one["ref_dots"]),
+            "norm2": one["norm2"],
+            "diff2": one["norm2"] - 2 * cross + gdpo["norm2"] if variant != "gdpo" else 0.0,
+        }
+    one = measured[variant]
+    cross = one["dot_gdpo"]
+    dots = [
+        (1 - beta) * a + beta * b for a, b in zip(gdpo["ref_dots"], one["ref_dots"], strict=False)
+    ]
+    norm2 = (1 - beta) ** 2 * gdpo["norm2"] + 2 * beta * (1 - beta) * cross + beta**2 * one["norm2"]
+    diff2 = beta**2 * (one["norm2"] - 2 * cross + gdpo["norm2"])
+    return {"ref_dots": dots, "norm2": norm2, "diff2": diff2}
+
+
+def batch_measures(
+    record: Mapping[str, Any], estimator: str, batches: int, weights: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """One estimator on one mini-batch: cosine with the summed-reward reference and with each
+    reward's, the gradient norm, the first-order gain of the clipped step and the norm of the
+    difference from gdpo's gradient. `batches`: the sample's number of mini-batches (the
+    reference averages over the other ones' prompts)."""
+    values = direction(record, estimator)
+    gram = np.asarray(record["ref_gram"], dtype=float)
+    c = np.ones(len(gram)) if weights is None else np.asarray(weights, dtype=float)
+    dots = np.asarray(values["ref_dots"], dtype=float)
+    norm = math.sqrt(max(values["norm2"], 0.0))
+    summed_dot, summed_norm = float(c @ dots), math.sqrt(max(float(c @ gram @ c), 0.0))
+    per_prompt = (batches - 1) * PROMPTS_PER_BATCH * GROUP_SIZE  # the reference's 1 / (P G)
+    return {
+        "cosine": _safe_ratio(summed_dot, norm * summed_norm),
+        "reward_cosines": [
+            _safe_ratio(float(dots[k]), norm * math.sqrt(max(gram[k, k], 0.0)))
+            for k in range(len(dots))
+        ],
+        "norm": norm,
+        "gain": summed_dot / per_prompt / max(MAX_GRAD_NORM, norm),
+        "diff_norm": math.sqrt(max(values["diff2"], 0.0)),
+    }
+
+
+def _safe_ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator > 0 else float("nan")
+
+
+def per_estimator(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward)."""
+    out: dict[str, dict[str, Any]] = {}
+    for estimator in ESTIMATORS:
+        rows = [batch_measures(r, estimator, len(records)) for r in records]
+        out[estimator] = {
+            key: [row[key] for row in rows] for key in ("cosine", "norm", "gain", "diff_norm")
+        }
+        out[estimator]["reward_cosines"] = [
+            list(v) for v in zip(*(r["reward_cosines"] for r in rows), strict=False)
+        ]
+    return out
+
+
+def contrast_tests(
+    values: Mapping[str, Mapping[str, Sequence[float]]], contrasts: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Paired t-test of the cosine differences over mini-batches, per contrast."""
+    tests = []
+    for first, second in contrasts:
+        differences = np.subtract(values[first]["cosine"], values[second]["cosine"])
+        test = convergence.paired_t(list(differences)) if len(differences) > 1 else None
+        tests.append({"contrast": (first, second), "test": test})
+    return tests
+
+
+def primary_tests(measures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The 6 pre-registered tests (3 per state, on the main sample), Holm over those present."""
+    tests = []
+    for state in STATES:
+        records = measures.get(state, {}).get("main")
+        if not records:
+            continue
+        for test in contrast_tests(per_estimator(records), PRIMARY_CONTRASTS):
+            tests.append({"state": state, **test})
+    adjusted = convergence_powered.holm(
+        {i: t["test"]["p"] for i, t in enumerate(tests) if t["test"] is not None}
+    )
+    for i, test in enumerate(tests):
+        test["holm_p"] = adjusted.get(i)
+        test["significant"] = test["holm_p"] is not None and test["holm_p"] <= ALPHA
+    return tests
+
+
+def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:
+    """Power of the two-sided paired t-test of n differences with mean `effect` and SD `sd`."""
+    from scipy import stats
+
+    if n < 2 or sd <= 0:
+        return float("nan")
+    degrees = n - 1
+    critical = stats.t.ppf(1 - alpha / 2, degrees)
+    shift = effect / sd * math.sqrt(n)
+    return float(stats.nct.sf(critical, degrees, shift) + stats.nct.cdf(-critical, degrees, shift))
+
+
+def power_calculation(pilot: Sequence[Mapping[str, Any]], cap: int) -> dict[str, Any]:
+    """From the pilot's mini-batches: the mini-batches for power POWER to detect EFFECT_SHARE of
+    gdpo's mean cosine in mrtpo(0.5) - gdpo at ALPHA / 6 (Holm's first step); at most `cap`."""
+    values = per_estimator(pilot)
+    gdpo_mean = float(np.mean(values["gdpo"]["cosine"]))
+    differences = np.subtract(values["mrtpo(0.5)"]["cosine"], values["gdpo"]["cosine"])
+    sd = float(np.std(differences, ddof=1))
+    effect = EFFECT_SHARE * abs(gdpo_mean)
+    alpha = ALPHA / 6
+    needed = next(
+        (n for n in range(2, 10_001) if paired_power(effect, sd, n, alpha) >= POWER), None
+    )
+    chosen = min(needed or cap, cap)
+    return {
+        "pilot_batches": len(pilot),
+        "gdpo_mean_cosine": gdpo_mean,
+        "effect": effect,
+        "difference_mean": float(differences.mean()),
+        "difference_sd": sd,
+        "alpha": alpha,
+        "needed_batches": needed,
+        "cap": cap,
+        "batches": max(chosen, 2),
+        "power_at_batches": paired_power(effect, sd, max(chosen, 2), alpha),
+        "contrast_sds": {
+            f"{a} - {b}": float(
+                np.std(np.subtract(values[a]["cosine"], values[b]["cosine"]), ddof=1)
+            )
+            for a, b in (*PRIMARY_CONTRASTS, *SECONDARY_CONTRASTS)
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def write_report(results: Path) -> Path:
+    """README.md of the results folder, from the results files alone."""
+    raise NotImplementedError("the report is written in the next commit")
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main_batches(results: Path, state: str) -> int:
+    """The main sample's size: the pilot's power calculation (`--power`) decides it."""
+    power = _read_json(state_dir(results, state) / POWER_FILE)
+    if power is None:
+        raise SystemExit(
+            f"no {state_dir(results, state) / POWER_FILE}: run the pilot and --power first"
+        )
+    return int(power["batches"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("--results", type=Path, default=RESULTS)
+    add("--state", choices=list(STATES))
+    add("--sample", choices=SAMPLES, default="main")
+    add("--lane", type=int, default=0)
+    add("--lanes", type=int, default=1)
+    add("--device", default="cpu")
+    add("--power", action="store_true", help="size the main sample from the pilot, then stop")
+    add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
+    add("--report", action="store_true", help="regenerate the report from the results files")
+    args = parser.parse_args(argv)
+    if args.report:
+        print(write_report(args.results))
+        return 0
+    if args.state is None:
+        parser.error("--state is required unless --report")
+    if args.power:
+        pilot = load_measures(args.results).get(args.state, {}).get("pilot")
+        if not pilot or len(pilot) < PILOT_BATCHES:
+            raise SystemExit(f"{args.state}: the pilot is not complete")
+        cap = args.max_batches or 10_000
+        power = power_calculation(pilot, cap)
+        _write_json(state_dir(args.results, args.state) / POWER_FILE, power)
+        print(json.dumps(power, indent=1))
+        return 0
+    if not 0 <= args.lane < args.lanes:
+        parser.error(f"--lane must be in [0, --lanes), got {args.lane} of {args.lanes}")
+    record_plan(args.results)
+    batches = PILOT_BATCHES if args.sample == "pilot" else main_batches(args.results, args.state)
+    lane = Lane(args.results, args.state, args.sample, batches, args.lane, args.lanes, args.device)
+    run_lane(lane)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
