@@ -584,6 +584,101 @@ def test_bounded_normalization_is_continuous_where_it_engages():
     torch.testing.assert_close(a_below, a_above, atol=1e-5, rtol=0)
 
 
+# ANTI beside a reward that is constant (column 2 all 0), and beside one that varies ([1,0,1,0]).
+ANTI_AND_CONSTANT = torch.cat([ANTI, torch.zeros(4, 1)], dim=1)
+ANTI_AND_VARYING = torch.cat([ANTI, torch.tensor([[1.0], [0.0], [1.0], [0.0]])], dim=1)
+
+
+def test_reallocation_scale_counts_the_varying_rewards_by_their_spread():
+    a = 0.5 / (torch.tensor([1.0, 1.0, 0.0, 0.0]).std() + 1e-4)  # |Ã_k| on every row
+    # A reward that never varies adds nothing: the scale is that of the varying ones alone
+    # (a count of all K rewards would give a * sqrt(2/3) here).
+    torch.testing.assert_close(reallocation_scale(ANTI_AND_CONSTANT, 4), a, rtol=1e-6, atol=0)
+    # One varying reward beside a constant one: that reward's own RMS, as alone.
+    one = torch.stack([ANTI[:, 0], torch.ones(4)], dim=1)
+    torch.testing.assert_close(reallocation_scale(one, 4), a, rtol=1e-6, atol=0)
+    torch.testing.assert_close(reallocation_scale(one[:, :1], 4), a, rtol=1e-6, atol=0)
+    # Spreads m_k = (c_k a)^2. From 1% of the largest on a reward counts fully: (1 + 4) / 2.
+    torch.testing.assert_close(
+        reallocation_scale(ANTI, 4, [1.0, 2.0]), a * (5 / 2) ** 0.5, rtol=1e-6, atol=0
+    )
+    # Below, in proportion: m = (1, 0.0025) a^2 counts 1 + 0.25 (a count of the rewards that
+    # vary at all would divide by 2).
+    torch.testing.assert_close(
+        reallocation_scale(ANTI, 4, [1.0, 0.05]), a * (1.0025 / 1.25) ** 0.5, rtol=1e-6, atol=0
+    )
+    assert reallocation_scale(torch.ones(4, 2), 4) == 0  # nothing varies
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "size", "limit"),
+    [
+        # 1e-12 added to the constant reward: its Ã moves by about 1e-12 / eps, GDPO's
+        # advantage by that over std S + eps again, so up to size / eps^2.
+        pytest.param(
+            (ANTI_AND_CONSTANT, None),
+            (ANTI_AND_CONSTANT + torch.tensor([[0, 0, 1e-12]] + [[0, 0, 0]] * 3), None),
+            1e-12,
+            1e-12 / 1e-4**2,
+            id="reward-plus-1e-12",
+        ),
+        # A varying reward's weight c_k from 1e-9 to 0: S moves by c_k Ã_k, GDPO's advantage by
+        # that over std S + eps, so up to size / eps.
+        pytest.param(
+            (ANTI_AND_VARYING, [1.0, 1.0, 1e-9]),
+            (ANTI_AND_VARYING, [1.0, 1.0, 0.0]),
+            1e-9,
+            1e-9 / 1e-4,
+            id="weight-1e-9-to-0",
+        ),
+    ],
+)
+@pytest.mark.parametrize("beta", [0.5, 1.0])
+def test_bounded_advantages_move_little_when_a_reward_barely_varies(
+    before, after, size, limit, beta
+):
+    """A reward that starts to vary, or a weight that leaves 0, moves the token advantages by
+    no more than GDPO's own sensitivity to that change (no cliff in the per-reward scale)."""
+    gen = torch.Generator().manual_seed(6)
+    distance = torch.rand(4, 3, 10, generator=gen)
+    mask = torch.ones(4, 10, dtype=torch.bool)
+    (rewards_before, c_before), (rewards_after, c_after) = before, after
+    assert bounded_rows(rewards_before, 4, c_before).all()  # the bound engages on both sides
+    assert bounded_rows(rewards_after, 4, c_after).all()
+    a_before = mrtpo(rewards_before, 4, distance, mask, beta, c_before)
+    a_after = mrtpo(rewards_after, 4, distance, mask, beta, c_after)
+    moved = (a_after - a_before).abs().max()
+    assert moved <= limit
+    # All of it is GDPO's move: the re-allocated part stays put.
+    gdpo_moved = (gdpo(rewards_after, 4, c_after) - gdpo(rewards_before, 4, c_before)).abs().max()
+    assert moved <= gdpo_moved + 1e-6
+
+
+def test_reallocated_part_is_continuous_along_a_sweep_through_the_bound():
+    """A reward's weight c_2 swept from 0 (where it adds nothing) up through the point where
+    std S + eps meets the scale: the re-allocated part A_t - GDPO's advantage has no jump, so
+    the largest change between neighbours shrinks with the step (a cliff would not)."""
+    gen = torch.Generator().manual_seed(7)
+    distance = torch.rand(4, 3, 10, generator=gen)
+    mask = torch.ones(4, 10, dtype=torch.bool)
+
+    def largest_jump(steps: int) -> float:
+        sweep = torch.linspace(0.0, 1.2, steps + 1, dtype=torch.float64).tolist()
+        reallocated = torch.stack(
+            [
+                mrtpo(ANTI_AND_VARYING, 4, distance, mask, 1.0, [1.0, 1.0, x])
+                - gdpo(ANTI_AND_VARYING, 4, [1.0, 1.0, x]).unsqueeze(-1)
+                for x in sweep
+            ]
+        )
+        return float((reallocated[1:] - reallocated[:-1]).abs().max())
+
+    assert bounded_rows(ANTI_AND_VARYING, 4, [1.0, 1.0, 0.0]).all()
+    assert not bounded_rows(ANTI_AND_VARYING, 4, [1.0, 1.0, 1.2]).any()  # the sweep crosses
+    coarse, fine = largest_jump(120), largest_jump(1200)
+    assert fine <= coarse / 5
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_ordinary_batches_are_the_papers_formula_bitwise(seed):
     gen = torch.Generator().manual_seed(seed)

@@ -30,6 +30,7 @@ from torch import Tensor
 
 SCALES = ("group", "batch", "none")
 QBAR_MIN = 1e-8  # below this a reward's mean distance counts as 0: uniform weights
+SPREAD_SHARE = 0.01  # a reward counts fully in the bound's scale from this share of the largest spread
 
 
 # ----------------------------------------------------------------------------- checks
@@ -378,10 +379,14 @@ def _reallocation_scale(normalized: Tensor, weights: Tensor, summed: Tensor) -> 
     """
     scorable = ~torch.isnan(summed)
     weighted = torch.nan_to_num(normalized[scorable] * weights.unsqueeze(0))  # (N', K)
-    varying = (weighted != 0).any(dim=0).sum()  # rewards with a non-zero advantage somewhere
-    if varying == 0:
+    spread = weighted.square().mean(dim=0)  # (K,) m_k; NaN without scorable rows
+    largest = spread.max()
+    if not largest > 0:  # no reward varies (or no row is scorable)
         return torch.zeros((), dtype=normalized.dtype, device=normalized.device)
-    return (weighted.square().mean(dim=0).sum() / varying).sqrt()
+    # A reward counts fully from a share SPREAD_SHARE of the largest spread on and in proportion
+    # below it: a count of the rewards that vary at all jumps when one starts to.
+    counted = (spread / (SPREAD_SHARE * largest)).clamp(max=1.0).sum()
+    return (spread.sum() / counted).sqrt()
 
 
 def reallocation_scale(
@@ -390,12 +395,18 @@ def reallocation_scale(
     weights: Sequence[float] | Tensor | None = None,
     eps: float = 1e-4,
 ) -> Tensor:
-    """The floor of the bounded normalization: ``sqrt(sum_k mean_i (c_k Ã_{k,i})^2 / K')``.
+    """The floor of the bounded normalization: ``sqrt(sum_k m_k / K')``, a 0-dim Tensor.
 
-    The root mean square of one reward's weighted advantage over the batch's scorable rows, K'
-    counting the rewards whose advantage is not 0 somewhere (a reward that never varies adds
-    nothing to S). With one varying reward it never exceeds ``std_batch S`` (S is that reward's
-    c_k Ã_k, centred per group), so the bound engages only where several rewards cancel in S.
+    ``m_k = mean_i (c_k Ã_{k,i})^2`` over the batch's scorable rows is reward k's spread, and
+    ``K' = sum_k min(1, m_k / (SPREAD_SHARE * max_j m_j))`` counts the rewards that vary: fully
+    from 1% of the largest spread on, in proportion below it. So the scale is the root mean
+    square of one varying reward's weighted advantage; a reward that never varies adds nothing,
+    and one that barely varies (or has a tiny c_k) barely counts, so the scale is continuous in
+    the rewards and the c_k (a plain count of the rewards whose advantage is not 0 somewhere
+    would jump by sqrt(K'/(K'+1)) as one starts to vary). It never exceeds the largest
+    ``sqrt(m_k)``; with one varying reward it is that reward's RMS and never exceeds
+    ``std_batch S`` (S is its c_k Ã_k, centred per group), so the bound engages only where
+    several rewards cancel in S.
 
     Args:
         rewards: Tensor[N, K], NaN where a reward gave no score.
