@@ -297,12 +297,17 @@ class MRTPOTrainer(GRPOTrainer):
     def _install_shared_prompt(self) -> bool:
         """Switch the policy (and the reference model) to the shared-prompt attention and the
         generation to one prefill per prompt; False, with the reason logged, where shared
-        prompts cannot serve the model (the per-row path then runs, as TRL's)."""
-        try:
-            shared_prompt.check_supported(self.model)
-        except ValueError as reason:
-            logger.warning("share_prompt: falling back to TRL's per-row path: %s", reason)
-            return False
+        prompts cannot serve the model (the per-row path then runs, as TRL's). Both models are
+        checked before either is switched: the reference model may be loaded otherwise."""
+        for role, model in (("policy", self.model), ("reference model", self.ref_model)):
+            try:
+                if model is not None:
+                    shared_prompt.check_supported(model)
+            except ValueError as reason:
+                logger.warning(
+                    "share_prompt: falling back to TRL's per-row path (%s): %s", role, reason
+                )
+                return False
         shared_prompt.install_shared_prompt_attention(self.model)
         if self.ref_model is not None:
             shared_prompt.install_shared_prompt_attention(self.ref_model)
