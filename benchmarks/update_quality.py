@@ -350,8 +350,7 @@ def configured(trainer: Any, **fields: Any) -> Iterator[Any]:
 def sample_batch(trainer: Any, rows: Sequence[Mapping[str, Any]], seed: int) -> dict[str, Any]:
     """Generate GROUP_SIZE responses to each of `rows` with TRL's own generation and score
     them with the task's verifiers (the trainer's `_generate_and_score_completions`, GDPO's
-    advantages: nothing replayed). Returns a JSON-able record from which `batch_inputs`
-    rebuilds the trainer's batch exactly."""
+    advantages: nothing replayed). Returns `batch_record`'s record."""
     import torch
 
     from mrtpo import advantages
@@ -364,25 +363,30 @@ def sample_batch(trainer: Any, rows: Sequence[Mapping[str, Any]], seed: int) -> 
         output = trainer._generate_and_score_completions(inputs)
     finally:
         trainer._estimator = estimator
-    scored = trainer._scored
+    return {"seed": seed, **batch_record(output, trainer._scored, trainer.reward_func_names)}
+
+
+def batch_record(
+    output: Mapping[str, Any], scored: Any, reward_names: Sequence[str]
+) -> dict[str, Any]:
+    """A generation batch as JSON (TRL's batch dict and the trainer's `ScoredBatch`), from
+    which `batch_inputs` rebuilds both exactly: unpadded prompt and completion ids, the
+    completion width, rewards and verdicts."""
     prompt_lengths = output["prompt_mask"].sum(dim=1).tolist()
     completion_lengths = output["completion_mask"].sum(dim=1).tolist()
     width = output["prompt_ids"].shape[1]
+    prompt_ids = output["prompt_ids"].tolist()
+    completion_ids = output["completion_ids"].tolist()
     return {
-        "seed": seed,
         "prompts": list(scored.prompts),
         "completions": list(scored.completions),
-        "prompt_ids": [
-            ids[width - n :]
-            for ids, n in zip(output["prompt_ids"].tolist(), prompt_lengths, strict=False)
-        ],
+        "prompt_ids": [ids[width - n :] for ids, n in zip(prompt_ids, prompt_lengths, strict=True)],
         "completion_ids": [
-            ids[:n]
-            for ids, n in zip(output["completion_ids"].tolist(), completion_lengths, strict=False)
+            ids[:n] for ids, n in zip(completion_ids, completion_lengths, strict=True)
         ],
         "completion_width": output["completion_ids"].shape[1],
         "rewards": scored.rewards.tolist(),
-        "reward_names": list(trainer.reward_func_names),
+        "reward_names": list(reward_names),
         "verdicts": [
             [[v.score, v.info, [list(span) for span in v.spans]] for v in verdicts]
             if verdicts is not None
@@ -390,11 +394,6 @@ def sample_batch(trainer: Any, rows: Sequence[Mapping[str, Any]], seed: int) -> 
             for verdicts in scored.verdicts
         ],
         "scored_completion_ids": [list(ids) for ids in scored.completion_ids],
-        "extra": {
-            key: (value if isinstance(value, (int, float, str)) else None)
-            for key, value in rows[0].items()
-            if key == "id"
-        },
     }
 
 
@@ -552,7 +551,7 @@ def batch_gradients(
             else:
                 loss = trainer._compute_loss(model, {**inputs, "advantages": coefficient})
             loss.backward(retain_graph=True)
-            on_gradient(name, flat_gradient(model))
+            on_gradient(name, -flat_gradient(model))  # the ascent direction
     finally:
         trainer.reused = None
         model.zero_grad(set_to_none=True)
@@ -829,7 +828,7 @@ def direction(record: Mapping[str, Any], estimator: str) -> dict[str, float]:
     one = measured[variant]
     cross = one["dot_gdpo"]
     dots = [
-        (1 - beta) * a + beta * b for a, b in zip(gdpo["ref_dots"], one["ref_dots"], strict=False)
+        (1 - beta) * a + beta * b for a, b in zip(gdpo["ref_dots"], one["ref_dots"], strict=True)
     ]
     norm2 = (1 - beta) ** 2 * gdpo["norm2"] + 2 * beta * (1 - beta) * cross + beta**2 * one["norm2"]
     diff2 = beta**2 * (one["norm2"] - 2 * cross + gdpo["norm2"])
@@ -875,7 +874,7 @@ def per_estimator(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, l
             key: [row[key] for row in rows] for key in ("cosine", "norm", "gain", "diff_norm")
         }
         out[estimator]["reward_cosines"] = [
-            list(v) for v in zip(*(r["reward_cosines"] for r in rows), strict=False)
+            list(v) for v in zip(*(r["reward_cosines"] for r in rows), strict=True)
         ]
     return out
 

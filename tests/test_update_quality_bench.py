@@ -1,0 +1,214 @@
+"""benchmarks/update_quality.py on the tiny model: the reference against a hand computation, an
+estimator's gradient against a real trainer step's, the streamed cosines against vectors held
+whole, the beta blend against a direct computation, the plan refused when changed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from trainer_toys import ContainsLetter, EvenLength, toy_dataset
+from transformers import TrainerCallback
+
+from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import update_quality as uq  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+STATE = uq.State(task="toy", model="tiny", max_completion_length=10, learning_rate=1e-3)
+TASK = SimpleNamespace(verifiers=lambda: [ContainsLetter(), EvenLength()])
+
+
+def _trainer(tmp_path: Path, seed: int = 0):
+    model, tokenizer = tiny_model_and_tokenizer(seed=seed)
+    return uq.build_trainer(model, tokenizer, TASK, toy_dataset(), STATE, tmp_path / "trainer")
+
+
+def _records(trainer, batches: int) -> list[dict]:
+    """Sampled batches whose rewards vary (the toy rewards vary on most seeds)."""
+    dataset = toy_dataset()
+    records, seed = [], 0
+    while len(records) < batches:
+        rows = [dataset[(4 * len(records) + i) % len(dataset)] for i in range(4)]
+        record = uq.sample_batch(trainer, rows, seed)
+        seed += 1
+        if uq._varying_share(torch.tensor(record["rewards"])) > 0.2:
+            records.append(json.loads(json.dumps(record)))  # as stored
+    return records
+
+
+def _sequence_logps(model, record) -> list[torch.Tensor]:
+    """Each row's log-probability of its response, by a plain per-row forward (no packing)."""
+    out = []
+    for prompt, completion in zip(record["prompt_ids"], record["completion_ids"], strict=True):
+        ids = torch.tensor([prompt + completion])
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        logps = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(completion).unsqueeze(1))
+        out.append(logps.sum())
+    return out
+
+
+def _flat(grads) -> torch.Tensor:
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+def test_leave_one_out_by_hand():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    expected = torch.tensor(
+        [[1 - 1 / 3, -2 / 3], [-2 / 3, -2 / 3], [1 - 1 / 3, 1 - 1 / 3], [-2 / 3, 1 - 1 / 3]]
+    )
+    torch.testing.assert_close(uq.leave_one_out(rewards), expected)
+
+
+def test_reference_equals_a_hand_computed_policy_gradient(tmp_path):
+    trainer = _trainer(tmp_path)
+    (record,) = _records(trainer, 1)
+    parts = uq.reference_pass(trainer, record)
+
+    model = trainer.model
+    params = [p for p in model.parameters() if p.requires_grad]
+    logps = _sequence_logps(model, record)
+    rewards = torch.tensor(record["rewards"])
+    for k, name in enumerate(record["reward_names"]):
+        group = rewards[:, k].view(-1, 4)
+        baseline = (group.sum(1, keepdim=True) - group) / 3  # the other three responses' mean
+        a = (group - baseline).flatten()
+        objective = sum(a[i] * logps[i] for i in range(len(logps)))
+        expected = _flat(torch.autograd.grad(objective, params, retain_graph=True))
+        assert expected.abs().max() > 1e-4  # the rewards vary: a real direction
+        torch.testing.assert_close(parts[f"ref/{name}"], expected, rtol=1e-4, atol=1e-6)
+
+
+class _Capture(TrainerCallback):
+    def __init__(self):
+        self.grads = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.grads = _flat([p.grad.detach().clone() for p in model.parameters() if p.requires_grad])
+
+
+class _KeepBatch(MRTPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.kept = uq.batch_record(output, self._scored, self.reward_func_names)
+        return output
+
+
+@pytest.mark.parametrize("estimator", ["gdpo", "mrtpo"])
+def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator):
+    """One real `MRTPOTrainer` step (no clip) from the same weights, then the benchmark on the
+    batch that step trained on: the same gradient, with the sign of an ascent direction."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    capture = _Capture()
+    args = MRTPOConfig(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_completion_length=10,
+        max_steps=1,
+        learning_rate=1e-3,
+        max_grad_norm=0.0,
+        advantage_estimator=estimator,
+        mrtpo_beta=1.0,
+        mrtpo_warmup_steps=0,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    step = _KeepBatch(
+        model=model,
+        reward_funcs=TASK.verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+        callbacks=[capture],
+    )
+    step.train()
+    record = json.loads(json.dumps(step.kept))
+    assert uq._varying_share(torch.tensor(record["rewards"])) > 0
+
+    trainer = _trainer(tmp_path)  # the same seeded weights, untrained
+    inputs, scored = uq.batch_inputs(trainer, record)
+    measured = uq.estimator_advantages(trainer, inputs, scored, batch=0)
+    vectors = {}
+    uq.batch_gradients(trainer, inputs, {estimator: measured[estimator]}, vectors.__setitem__)
+    assert capture.grads.abs().max() > 1e-5
+    torch.testing.assert_close(vectors[estimator], -capture.grads, rtol=1e-4, atol=1e-7)
+
+
+def test_streamed_cosines_and_beta_blend_equal_whole_vectors(tmp_path):
+    """Three mini-batches through both passes; then every needed gradient held whole: the
+    cosine with the leave-batch-out reference, the norm, the gain and the distance from gdpo
+    of gdpo, mrtpo(1) and mrtpo(0.5) (computed directly at beta 0.5, not blended)."""
+    trainer = _trainer(tmp_path)
+    records = _records(trainer, 3)
+    parts = [uq.reference_pass(trainer, r) for r in records]
+    names = list(parts[0])
+    totals = {n: sum(p[n] for p in parts) for n in names}
+    measures = [uq.measure_batch(trainer, r, b, totals) for b, r in enumerate(records)]
+
+    for b, record in enumerate(records):
+        inputs, scored = uq.batch_inputs(trainer, record)
+        advantages = uq.estimator_advantages(trainer, inputs, scored, batch=b)
+        from mrtpo.step_data import StepAdvantages
+
+        step = StepAdvantages(torch.ones(2), advantages["gdpo"], per_reward=None, token=None)
+        from mrtpo import advantages as math_
+
+        step.per_reward = torch.nan_to_num(math_.per_reward(scored.rewards, 4, eps=1e-4))
+        output = {
+            k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+        }
+        trainer.state.global_step = b
+        with uq.configured(trainer, mrtpo_beta=0.5, mrtpo_warmup_steps=0):
+            half = trainer._token_advantages(scored, step, 4, output).advantages
+        vectors = {}
+        uq.batch_gradients(
+            trainer,
+            inputs,
+            {"gdpo": advantages["gdpo"], "mrtpo(1)": advantages["mrtpo"], "mrtpo(0.5)": half},
+            vectors.__setitem__,
+        )
+        reference = sum(totals[n] - parts[b][n] for n in names).double()
+        for estimator in ("gdpo", "mrtpo(1)", "mrtpo(0.5)"):
+            g = vectors[estimator].double()
+            got = uq.batch_measures(measures[b], estimator, len(records))
+            cosine = float(g @ reference / (g.norm() * reference.norm()))
+            assert got["cosine"] == pytest.approx(cosine, rel=1e-6, abs=1e-9)
+            assert got["norm"] == pytest.approx(float(g.norm()), rel=1e-6)
+            gain = float(g @ reference) / (2 * 4 * 4) / max(1.0, float(g.norm()))
+            assert got["gain"] == pytest.approx(gain, rel=1e-6, abs=1e-12)
+            distance = float((g - vectors["gdpo"].double()).norm())
+            assert got["diff_norm"] == pytest.approx(distance, rel=1e-5, abs=1e-9)
+            for k, name in enumerate(names):
+                own = (totals[name] - parts[b][name]).double()
+                expected = float(g @ own / (g.norm() * own.norm()))
+                assert got["reward_cosines"][k] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+        # the reallocation is real: mrtpo's step is not gdpo's
+        assert uq.batch_measures(measures[b], "mrtpo(1)", 3)["diff_norm"] > 1e-6
+
+
+def test_power_grows_with_the_sample_and_sizes_the_main_sample():
+    assert uq.paired_power(0.01, 0.02, 40, 0.05 / 6) > uq.paired_power(0.01, 0.02, 10, 0.05 / 6)
+    # A known value: effect = SD, n = 10, alpha 0.05 two-sided (about 0.80; z gives 0.89).
+    assert uq.paired_power(1.0, 1.0, 10, 0.05) == pytest.approx(0.803, abs=0.005)
+
+
+def test_changed_plan_is_refused(tmp_path):
+    uq.record_plan(tmp_path)
+    stored = json.loads((tmp_path / uq.PLAN_FILE).read_text())
+    assert stored["analysis"] == uq.ANALYSIS
+    uq.record_plan(tmp_path)  # the same plan: accepted
+    changed = {**uq.plan(), "effect_share": 0.1}
+    with pytest.raises(SystemExit, match="effect_share"):
+        uq.record_plan(tmp_path, changed)
