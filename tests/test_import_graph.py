@@ -12,7 +12,9 @@ its submodules is no cycle with them, while a submodule importing names from its
 
 The rules:
 (a) no cycles;
-(b) `mrtpo.advantages` and `mrtpo.verifiers` import nothing of the package;
+(b) the pure math (`mrtpo.advantages`, `mrtpo.reward_weighting` and `mrtpo.reward_batch`, what
+    both share) imports nothing of the package but itself; `mrtpo.verifiers` imports nothing of
+    the package;
 (c) `mrtpo.tasks*` imports none of `mrtpo.trainer`, `mrtpo.credit*`, `mrtpo.commands*`,
     `mrtpo.cli`;
 (d) a module of `mrtpo.commands` imports no other module of `mrtpo.commands`, except the
@@ -44,6 +46,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 Graph = dict[str, dict[str, int]]  # module -> {imported module: first line of the import}
 
+# Rule (b): the pure-math modules, which may import each other and nothing else of the package.
+MATH = ("mrtpo.advantages", "mrtpo.reward_weighting", "mrtpo.reward_batch")
 # Rule (d): the modules of mrtpo.commands that the others may import.
 COMMANDS_SHARED = ("mrtpo.commands",)
 # Rule (e): what a module other than the dispatcher may use of importlib.
@@ -188,10 +192,14 @@ def forbidden_arrows(
 
 
 def isolated_violations(graph: Graph) -> list[str]:
-    """Rule (b): the pure-math and verifier-contract modules import nothing of the package."""
+    """Rule (b): the pure math imports only itself, the verifier contract nothing of the package."""
     return forbidden_arrows(
         graph,
-        lambda module: module in ("mrtpo.advantages", "mrtpo.verifiers"),
+        lambda module: module in MATH,
+        lambda imported: within(imported, PACKAGE) and imported not in MATH,
+    ) + forbidden_arrows(
+        graph,
+        lambda module: module == "mrtpo.verifiers",
         lambda imported: within(imported, PACKAGE),
     )
 
@@ -349,7 +357,9 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
 # the dispatcher.
 CLEAN = {
     "mrtpo/__init__.py": "",
-    "mrtpo/advantages.py": "import torch\n",
+    "mrtpo/advantages.py": "import torch\n\nfrom mrtpo import reward_weighting\n",
+    "mrtpo/reward_weighting.py": "from mrtpo.reward_batch import check_rewards\n",
+    "mrtpo/reward_batch.py": "import torch\n",
     "mrtpo/verifiers.py": "from dataclasses import dataclass\n",
     "mrtpo/models.py": "import importlib.util\n\nSPEC = importlib.util.find_spec('gguf')\n",
     "mrtpo/generation.py": "from mrtpo import models\n",
@@ -396,7 +406,8 @@ def test_arrows_resolve_to_the_module_named(tmp_path):
         "mrtpo.tasks": 5,
         "mrtpo.trainer": 5,
     }
-    assert graph["mrtpo.advantages"] == {}  # torch is not the package
+    assert graph["mrtpo.advantages"] == {"mrtpo.reward_weighting": 3}
+    assert graph["mrtpo.reward_batch"] == {}  # torch is not the package
 
 
 def test_import_of_a_package_is_its_init(tmp_path):
@@ -441,6 +452,13 @@ def test_isolated_modules_fail_on_any_package_import(tmp_path):
         fake_tree(tmp_path, mrtpo__verifiers="def f():\n    from mrtpo.tasks import base\n")
     )
     assert isolated_violations(graph) == ["mrtpo.verifiers imports mrtpo.tasks.base (line 2)"]
+    # The math may import the math (the clean tree's advantages does), and nothing else.
+    graph = import_graph(
+        fake_tree(tmp_path, mrtpo__reward_batch="from mrtpo.verifiers import dataclass\n")
+    )
+    assert isolated_violations(graph) == ["mrtpo.reward_batch imports mrtpo.verifiers (line 1)"]
+    graph = import_graph(fake_tree(tmp_path, mrtpo__verifiers="from mrtpo import reward_batch\n"))
+    assert isolated_violations(graph) == ["mrtpo.verifiers imports mrtpo.reward_batch (line 1)"]
 
 
 def test_tasks_fail_on_importing_credit(tmp_path):
@@ -531,7 +549,7 @@ def graph() -> Graph:
 
 
 def test_the_modules_the_rules_name_exist(graph):
-    for module in ("mrtpo.advantages", "mrtpo.verifiers", "mrtpo.trainer", "mrtpo.cli"):
+    for module in (*MATH, "mrtpo.verifiers", "mrtpo.trainer", "mrtpo.cli"):
         assert module in graph, f"{module} is missing: the import rules would check nothing"
     for package in ("mrtpo.tasks", "mrtpo.credit", "mrtpo.commands"):
         assert any(within(module, package) and module != package for module in graph), package
@@ -542,7 +560,7 @@ def test_no_import_cycles(graph):
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
 
 
-def test_advantages_and_verifiers_import_nothing_of_the_package(graph):
+def test_math_and_verifiers_import_nothing_else_of_the_package(graph):
     assert not (found := isolated_violations(graph)), "\n".join(found)
 
 

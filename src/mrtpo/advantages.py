@@ -13,64 +13,34 @@ weights (``docs/METHOD.md``, MRTPO, steps 3-5).
 The three are also registered by name (``ESTIMATORS``, ``get_estimator``) behind one common
 signature, so that a trainer picks its estimator once instead of comparing names.
 
-The reward weights ``c_k`` they take are chosen beside them (``WEIGHTINGS``, ``get_weighting``):
-``"static"`` (fixed weights, TRL's ``reward_weights``) or ``"saw"`` (SAW, Stage-Aware Dynamic
-Weighting, arXiv 2606.07705: weights recomputed every step from the batch's rewards, each
-reward's coefficient of variation rescaled to sum to K; ``saw_weights``, ``docs/SAW.md``).
+The reward weights ``c_k`` they take are chosen in ``mrtpo.reward_weighting`` (``"static"`` or
+SAW's per-step weights); its registry and ``saw_weights`` are importable from here as well.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from mrtpo.reward_batch import RewardWeights, check_rewards, check_weights, nanstd, registered
+
+# The reward weightings, where the trainer, the configuration and the tests look them up.
+from mrtpo.reward_weighting import SAW_EPS as SAW_EPS
+from mrtpo.reward_weighting import WEIGHTINGS as WEIGHTINGS
+from mrtpo.reward_weighting import coefficients_of_variation as coefficients_of_variation
+from mrtpo.reward_weighting import get_weighting as get_weighting
+from mrtpo.reward_weighting import register_weighting as register_weighting
+from mrtpo.reward_weighting import saw_weights as saw_weights
+
 SCALES = ("group", "batch", "none")
 QBAR_MIN = 1e-8  # below this a reward's mean distance counts as 0: uniform weights
-SPREAD_SHARE = 0.01  # a reward counts fully in the bound's scale from this share of the largest spread
+SPREAD_SHARE = 0.01  # from this share of the largest spread a reward counts fully (bound)
 
 
 # ----------------------------------------------------------------------------- checks
-
-
-def _check_rewards(rewards: Tensor, group_size: int) -> Tensor:
-    if not isinstance(rewards, Tensor):
-        raise ValueError(f"rewards must be a torch.Tensor of shape (N, K), got {type(rewards)}")
-    if rewards.dim() != 2:
-        raise ValueError(f"rewards must have shape (N, K), got {tuple(rewards.shape)}")
-    if rewards.shape[0] == 0 or rewards.shape[1] == 0:
-        raise ValueError(
-            f"rewards must have at least one row and one column, got {tuple(rewards.shape)}"
-        )
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    if rewards.shape[0] % group_size:
-        raise ValueError(
-            f"group_size={group_size} does not divide the number of rows N={rewards.shape[0]}"
-        )
-    if not rewards.is_floating_point():
-        rewards = rewards.float()
-    if torch.isinf(rewards).any():
-        raise ValueError("rewards contain +-inf (NaN means 'no score'; inf is not a reward)")
-    return rewards
-
-
-def _check_weights(weights: Sequence[float] | Tensor | None, rewards: Tensor) -> Tensor:
-    """Reward weights c_k as a Tensor[K] in rewards' dtype (TRL: float32 ones by default)."""
-    num_rewards = rewards.shape[1]
-    if weights is None:
-        return torch.ones(num_rewards, dtype=rewards.dtype, device=rewards.device)
-    weights = torch.as_tensor(weights, dtype=rewards.dtype, device=rewards.device)
-    if weights.shape != (num_rewards,):
-        raise ValueError(
-            f"weights must have shape ({num_rewards},) (one per reward), got {tuple(weights.shape)}"
-        )
-    if not torch.isfinite(weights).all():
-        raise ValueError("weights must be finite")
-    return weights
 
 
 def _check_eps(eps: float) -> None:
@@ -108,19 +78,6 @@ def _check_distance_mask(distance: Tensor, mask: Tensor) -> Tensor:
     return mask
 
 
-def _nanstd(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    """Std ignoring NaN with Bessel's correction; NaN where fewer than 2 values (as TRL's nanstd)."""
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
-    correction = count / (count - 1)
-    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
-    std = torch.sqrt(variance * correction)
-    if keepdim:
-        return std
-    return std.squeeze(dim) if dim is not None else std.squeeze()
-
-
 # ----------------------------------------------------------------------------- baselines
 
 
@@ -138,13 +95,13 @@ def per_reward(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
         ``group_size == 1`` the std is taken as 0 (TRL's branch), so Ã_k is 0. A reward with zero
         variance in a group gives 0 there.
     """
-    rewards = _check_rewards(rewards, group_size)
+    rewards = check_rewards(rewards, group_size)
     _check_eps(eps)
     num_rewards = rewards.shape[1]
     grouped = rewards.view(-1, group_size, num_rewards)  # (N/G, G, K)
     mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
     if group_size > 1:
-        std_k = _nanstd(grouped, dim=1, keepdim=True)
+        std_k = nanstd(grouped, dim=1, keepdim=True)
     else:
         std_k = torch.zeros_like(mean_k)
     return ((grouped - mean_k) / (std_k + eps)).view(-1, num_rewards)
@@ -172,14 +129,14 @@ def _gdpo_parts(
 
     S is NaN on unscorable rows (every reward NaN), which are left out of the batch statistics.
     """
-    rewards = _check_rewards(rewards, group_size)
-    weights = _check_weights(weights, rewards)
+    rewards = check_rewards(rewards, group_size)
+    weights = check_weights(weights, rewards)
     normalized = per_reward(rewards, group_size, eps)
     summed = (normalized * weights.unsqueeze(0)).nansum(dim=1)
     unscorable = torch.isnan(rewards).all(dim=1)
     summed[unscorable] = torch.nan
     if summed.numel() > 1:
-        std_batch = _nanstd(summed).expand_as(summed)
+        std_batch = nanstd(summed).expand_as(summed)
     else:
         std_batch = torch.zeros_like(summed)
     return normalized, weights, summed, torch.nanmean(summed), std_batch
@@ -233,8 +190,8 @@ def grpo(
     Returns:
         Tensor[N]. 0 where TRL's value is NaN (unscorable rows, groups with one score).
     """
-    rewards = _check_rewards(rewards, group_size)
-    weights = _check_weights(weights, rewards)
+    rewards = check_rewards(rewards, group_size)
+    weights = check_weights(weights, rewards)
     _check_eps(eps)
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
@@ -244,12 +201,12 @@ def grpo(
     advantages = summed - mean_group
     if scale == "group":
         if group_size > 1:
-            std = _nanstd(summed.view(-1, group_size), dim=1).repeat_interleave(group_size)
+            std = nanstd(summed.view(-1, group_size), dim=1).repeat_interleave(group_size)
         else:
             std = torch.zeros_like(summed)
         advantages = advantages / (std + eps)
     elif scale == "batch":
-        std = _nanstd(summed).expand_as(summed) if summed.numel() > 1 else torch.zeros_like(summed)
+        std = nanstd(summed).expand_as(summed) if summed.numel() > 1 else torch.zeros_like(summed)
         advantages = advantages / (std + eps)
     return torch.nan_to_num(advantages, nan=0.0)
 
@@ -350,7 +307,7 @@ def mrtpo(
         response's tokens equals its GDPO advantage (bounded or not).
     """
     _check_eps(eps)
-    rewards = _check_rewards(rewards, group_size)
+    rewards = check_rewards(rewards, group_size)
     _check_rows_match(distance, "distance", rewards)
     relevance = token_weights(distance, mask, beta).to(rewards.dtype)
     if shuffle:
@@ -513,80 +470,6 @@ def beta_at(step: int, beta: float, warmup_steps: int) -> float:
     return float(beta * (3 * u**2 - 2 * u**3))
 
 
-# ----------------------------------------------------------------------------- SAW
-
-SAW_EPS = 1e-8  # SAW's epsilon (the authors' code), in both denominators of its weights
-
-
-def _shifted(rewards: Tensor, shifts: Sequence[float] | Tensor | None) -> Tensor:
-    """Checked rewards (float) plus their per-reward shifts: Tensor[N, K]."""
-    rewards = _check_rewards(rewards, 1)
-    if shifts is None:
-        return rewards
-    shift_row = torch.as_tensor(shifts, dtype=rewards.dtype, device=rewards.device)
-    if shift_row.shape != rewards.shape[1:] or not torch.isfinite(shift_row).all():
-        raise ValueError(
-            f"shifts must be {rewards.shape[1]} finite values (one per reward), got {shifts!r}"
-        )
-    return rewards + shift_row
-
-
-def coefficients_of_variation(
-    rewards: Tensor, shifts: Sequence[float] | Tensor | None = None, eps: float = SAW_EPS
-) -> Tensor:
-    """Each reward's coefficient of variation over the batch, ``std_k / (|mean_k| + eps)``.
-
-    Args:
-        rewards: Tensor[N, K], one row per response of the whole batch (every process's rows
-            gathered), NaN where a reward gave no score; NaN entries are left out of that
-            reward's mean and std (as TRL's ``nanmean`` and ``nanstd`` leave them out).
-        shifts: Tensor[K] or K floats added to each reward before its statistics (default 0).
-            The coefficient of variation depends on the reward's origin: a reward that can be
-            negative should be shifted by its lower bound so that its mean is positive.
-        eps: added to ``|mean_k|``; must be > 0.
-
-    Returns:
-        Tensor[K], >= 0. The std has Bessel's correction (n - 1). A reward with fewer than two
-        scores in the batch has no measurable spread and gets 0, as does a constant reward.
-        A reward whose mean is 0 but which varies gets ``std_k / eps``, a huge value: its
-        weight then takes nearly all of K (shift such rewards).
-    """
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
-    shifted = _shifted(rewards, shifts)
-    count = (~torch.isnan(shifted)).sum(dim=0)  # (K,)
-    # The std of the scored values only; 0 instead of TRL's NaN below two scores (no spread).
-    std = torch.nan_to_num(_nanstd(shifted, dim=0), nan=0.0)
-    coefficient = std / (torch.nanmean(shifted, dim=0).abs() + eps)
-    return torch.where(count >= 2, coefficient, torch.zeros_like(coefficient))
-
-
-def saw_weights(
-    rewards: Tensor, shifts: Sequence[float] | Tensor | None = None, eps: float = SAW_EPS
-) -> Tensor:
-    """SAW's reward weights for one step: ``w_k = K * cv_k / (sum_j cv_j + eps)``.
-
-    ``cv_k`` is :func:`coefficients_of_variation` (same arguments). Nothing is carried from one
-    step to the next (no moving average, no clipping). The weights are >= 0 and sum to K (up to
-    eps) whenever some reward varies; when none varies they are all 0, which changes nothing,
-    since every reward's group-normalized advantage is 0 then as well.
-
-    Args:
-        rewards: Tensor[N, K], the whole batch's rewards (all processes), NaN where a reward
-            gave no score.
-        shifts: Tensor[K] or K floats added to each reward before its statistics (default 0);
-            used for the weights only, never added to the rewards the estimators see.
-        eps: in both denominators (SAW's code: 1e-8); must be > 0.
-
-    Returns:
-        Tensor[K] in rewards' dtype (float32 for integer rewards), never NaN. A reward with no
-        score at all in the batch gets weight 0 (its advantages are NaN, dropped by the
-        estimators' nansum anyway).
-    """
-    coefficients = coefficients_of_variation(rewards, shifts, eps)
-    return coefficients.shape[0] * coefficients / (coefficients.sum() + eps)
-
-
 # ----------------------------------------------------------------------------- registry
 
 
@@ -606,7 +489,6 @@ class TokenRelevance:
     bounded: bool = True  # the bounded normalization (``mrtpo``); False: the paper's formula
 
 
-RewardWeights = Sequence[float] | Tensor | None  # c_k: Tensor[K], K floats, or None (all 1)
 # The common signature: (rewards, group_size, weights, scale, eps, relevance) -> advantages.
 EstimateFn = Callable[[Tensor, int, RewardWeights, str, float, "TokenRelevance | None"], Tensor]
 
@@ -673,16 +555,9 @@ def register_estimator(
     return register
 
 
-def _registered(table: dict[str, Any], name: str, kind: str) -> Any:
-    """``table[name]``; the error names the kind and the valid choices."""
-    if name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; valid choices: {', '.join(table)}")
-    return table[name]
-
-
 def get_estimator(name: str) -> Estimator:
     """The estimator registered as ``name``; the error names the valid choices."""
-    return _registered(ESTIMATORS, name, "advantage estimator")
+    return registered(ESTIMATORS, name, "advantage estimator")
 
 
 # Registered in this order: MRTPO, then the baselines it is compared with. Arguments as
@@ -696,7 +571,7 @@ def _mrtpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tens
     if relevance is None:
         return gdpo(rewards, group_size, weights, eps)
     _check_eps(eps)
-    rewards = _check_rewards(rewards, group_size)
+    rewards = check_rewards(rewards, group_size)
     _check_rows_match(relevance.weights, "relevance.weights", rewards)
     mask = _check_distance_mask(relevance.weights, relevance.mask)
     return _spread_gdpo(
@@ -720,84 +595,3 @@ def _gdpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tenso
 def _grpo_estimate(rewards, group_size, weights, scale, eps, relevance) -> Tensor:
     """``grpo``: Tensor[N]."""
     return grpo(rewards, group_size, weights, scale, eps)
-
-
-# ----------------------------------------------------------------------------- reward weightings
-
-
-RewardShifts = Sequence[float] | Tensor | None  # Tensor[K] or K floats added before statistics
-# The common signature: (rewards, static weights, shifts) -> the step's c_k, Tensor[K].
-WeighFn = Callable[[Tensor, RewardWeights, RewardShifts], Tensor]
-
-
-@dataclass(frozen=True)
-class RewardWeighting:
-    """A registered way of choosing a step's reward weights c_k; call it as ``__call__`` says.
-
-    weigh: the function, with the common signature ``WeighFn``.
-    per_step: the weights are computed from each step's rewards (so they are logged every
-        step); such a weighting replaces the static weights and refuses any but all 1.
-    """
-
-    name: str
-    weigh: WeighFn
-    per_step: bool
-
-    def __call__(
-        self, rewards: Tensor, static_weights: RewardWeights = None, shifts: RewardShifts = None
-    ) -> Tensor:
-        """The c_k of a step.
-
-        Args:
-            rewards: Tensor[N, K], the whole batch's rewards (every process's rows), NaN where
-                a reward gave no score.
-            static_weights: the configured c_k, Tensor[K] or K floats (default all 1).
-            shifts: Tensor[K] or K floats, added to the rewards before a per-step weighting's
-                statistics (never to the rewards themselves); None for a static weighting.
-
-        Returns:
-            Tensor[K] in rewards' dtype (float32 for integer rewards), finite.
-        """
-        return self.weigh(rewards, static_weights, shifts)
-
-
-WEIGHTINGS: dict[str, RewardWeighting] = {}
-
-
-def register_weighting(name: str, *, per_step: bool) -> Callable[[WeighFn], WeighFn]:
-    """Decorator: register a ``WeighFn`` as ``name`` (``per_step`` as ``RewardWeighting``'s)."""
-
-    def register(weigh: WeighFn) -> WeighFn:
-        if name in WEIGHTINGS:
-            raise ValueError(f"a reward weighting named {name!r} is already registered")
-        WEIGHTINGS[name] = RewardWeighting(name, weigh, per_step)
-        return weigh
-
-    return register
-
-
-def get_weighting(name: str) -> RewardWeighting:
-    """The reward weighting registered as ``name``; the error names the valid choices."""
-    return _registered(WEIGHTINGS, name, "reward weighting")
-
-
-@register_weighting("static", per_step=False)
-def _static_weigh(rewards, static_weights, shifts) -> Tensor:
-    """The configured weights as they are (all 1 by default); shifts have no use here."""
-    if shifts is not None:
-        raise ValueError("shifts apply to a per-step weighting (saw) only; static got some")
-    return _check_weights(static_weights, _check_rewards(rewards, 1))
-
-
-@register_weighting("saw", per_step=True)
-def _saw_weigh(rewards, static_weights, shifts) -> Tensor:
-    """``saw_weights``. Static weights other than all 1 (TRL's value when none are given) are
-    refused: SAW's weights are the choice of c_k, a product with fixed ones has no published
-    counterpart (docs/SAW.md)."""
-    rewards = _check_rewards(rewards, 1)
-    if (_check_weights(static_weights, rewards) != 1).any():
-        raise ValueError(
-            "saw computes the reward weights from each batch: static weights must be all 1 "
-            f"(or None), got {static_weights!r}"
-        )
-    return saw_weights(rewards, shifts)
