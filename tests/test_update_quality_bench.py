@@ -5,6 +5,7 @@ whole, the beta blend against a direct computation, the plan refused when change
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -212,3 +213,66 @@ def test_changed_plan_is_refused(tmp_path):
     changed = {**uq.plan(), "effect_share": 0.1}
     with pytest.raises(SystemExit, match="effect_share"):
         uq.record_plan(tmp_path, changed)
+
+
+def _synthetic(batch: int, gdpo: float, mrtpo: float, noise: float, cross: float) -> dict:
+    """A measures record whose cosines are known: unit references orthogonal to each other,
+    gdpo's gradient at cosine `gdpo` with the summed reference, every token-level variant at
+    beta 1 at cosine `mrtpo` (+ noise), gradients of norm 2, `cross` their dot with gdpo's."""
+    rng = torch.Generator().manual_seed(batch)
+    jitter = float(torch.randn(1, generator=rng)) * noise
+    reference = math.sqrt(2.0)  # |ref_a + ref_b| with unit orthogonal references
+
+    def entry(cosine: float, cross: float | None) -> dict:
+        dot = cosine * 2.0 * reference  # |g| = 2
+        item = {"ref_dots": [dot / 2, dot / 2], "norm2": 4.0}
+        if cross is not None:
+            item["dot_gdpo"] = cross
+        return item
+
+    directions = {"grpo": entry(gdpo, 4.0), "gdpo": entry(gdpo, 4.0)}
+    for name in uq.TOKEN_VARIANTS:
+        value = mrtpo + jitter if name == "mrtpo" else gdpo
+        directions[name] = entry(value, cross)
+    return {
+        "batch": batch,
+        "reward_names": ["a", "b"],
+        "ref_gram": [[1.0, 0.0], [0.0, 1.0]],
+        "directions": directions,
+    }
+
+
+def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
+    for state, (gdpo, mrtpo) in {
+        "smollm2_tool_calling": (0.05, 0.09),
+        "qwen_sql": (0.05, 0.05),
+    }.items():
+        folder = tmp_path / state / "main" / "measures"
+        for b in range(12):
+            noise = 0.005 if state == "smollm2_tool_calling" else 0.0
+            cross = 3.0 if state == "smollm2_tool_calling" else 4.0  # qwen: gdpo's very step
+            record = _synthetic(b, gdpo, mrtpo, noise, cross)
+            uq._write_json(folder / f"batch{b:03d}.json", record)
+        uq._write_json(
+            tmp_path / state / uq.POWER_FILE,
+            {"pilot_batches": 8, "gdpo_mean_cosine": gdpo, "difference_mean": 0.0,
+             "difference_sd": 0.01, "effect": 0.01, "alpha": 0.05 / 6, "needed_batches": 12,
+             "cap": 40, "batches": 12, "power_at_batches": 0.8},
+        )  # fmt: skip
+    uq.record_plan(tmp_path)
+    first = uq.write_report(tmp_path).read_bytes()
+    assert uq.write_report(tmp_path).read_bytes() == first
+    text = first.decode()
+    assert (tmp_path / "cosines.png").read_bytes()[:4] == b"\x89PNG"
+    measures = uq.load_measures(tmp_path)
+    values = uq.per_estimator(measures["smollm2_tool_calling"]["main"])
+    # The blend: mrtpo(0.5) = (gdpo + mrtpo(1)) / 2 with |g| = 2 everywhere and g1 . g0 = 3:
+    # |g(0.5)|^2 = (4 + 2*3 + 4) / 4 = 3.5, cosine = mean dot / (|g| |ref|).
+    cosine = (0.5 * 0.05 * 2 + 0.5 * values["mrtpo(1)"]["cosine"][0] * 2) / math.sqrt(3.5)
+    assert values["mrtpo(0.5)"]["cosine"][0] == pytest.approx(cosine, rel=1e-9)
+    tests = uq.primary_tests(measures)
+    assert len(tests) == 6
+    smol = {t["contrast"][1]: t for t in tests if t["state"] == "smollm2_tool_calling"}
+    assert smol["gdpo"]["significant"] and smol["gdpo"]["test"]["mean"] > 0
+    assert "the verifier's own information makes the step point further uphill" in text
+    assert "**qwen_sql**: no effect on the step's direction detected" in text
