@@ -9,6 +9,8 @@ exercised; Qwen2 adds the q/k/v biases.
 from __future__ import annotations
 
 import contextlib
+import copy
+import io
 import logging
 from types import SimpleNamespace
 
@@ -31,6 +33,7 @@ from trl.trainer.utils import add_fused_lm_head
 import mrtpo.shared_prompt
 from mrtpo.shared_prompt import (
     ATTENTION_NAME,
+    SharedPrefillGenerate,
     check_supported,
     generate_with_shared_prefill,
     install_shared_prefill,
@@ -272,6 +275,18 @@ def test_refusals():
         shared_prompt_logps(_model(fused=False), *_batch([4], [[2, 3]]))
 
 
+@pytest.mark.parametrize("rope_type", ["dynamic", "longrope"])
+def test_rope_that_depends_on_the_length_is_refused(rope_type):
+    # Its frequencies follow the largest position id: a packed group's is not its rows'.
+    scaling = dict(rope_type=rope_type, factor=2.0, original_max_position_embeddings=128)
+    if rope_type == "longrope":
+        scaling.update(short_factor=[1.0] * 4, long_factor=[2.0] * 4)
+    with pytest.raises(ValueError, match=f"rope_type '{rope_type}' recomputes them"):
+        check_supported(LlamaForCausalLM(_config("llama", rope_scaling=scaling)))
+    linear = dict(rope_type="linear", factor=2.0)
+    check_supported(LlamaForCausalLM(_config("llama", rope_scaling=linear)))
+
+
 def test_installed_attention_leaves_other_forwards_alone():
     """Without a layout the installed attention is sdpa: same logits for a padded batch."""
     torch.manual_seed(0)
@@ -464,3 +479,32 @@ def test_generation_honours_a_dynamic_cache_and_leaves_other_caches_to_generate(
         assert config.cache_implementation == implementation  # the caller's config untouched
     assert caplog.text.count("cache_implementation='static'") == 1
     assert "'dynamic'" not in caplog.text
+
+
+def test_installed_prefill_follows_copies_and_pickles():
+    """The installed `generate` serves the instance it is called on: a deep copy with other
+    weights samples from its own weights, and `torch.save` of the model round-trips. (Without
+    TRL's fused head: its `forward` closes over the model it was added to.)"""
+    model = _model(fused=False).eval()
+    model.generation_config.pad_token_id = PAD
+    install_shared_prefill(model)
+    prompt_ids, prompt_mask, _, _ = _batch([5, 9], [[1, 1, 1], [1, 1, 1]])
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.lm_head.weight.mul_(3.0)  # every logit scaled: another distribution
+    assert isinstance(twin.generate, SharedPrefillGenerate) and twin.generate.model is twin
+    own, _ = _generate(twin.generate, twin, prompt_ids, prompt_mask, **GENERATION)
+    plain = twin.generate.without_shared_prefill
+    expected, _ = _generate(plain, twin, prompt_ids, prompt_mask, **GENERATION)
+    torch.testing.assert_close(own.logits[0], expected.logits[0], rtol=0, atol=1e-5)
+    assert torch.equal(own.sequences, expected.sequences)
+    original, _ = _generate(model.generate, model, prompt_ids, prompt_mask, **GENERATION)
+    assert (own.logits[0] - original.logits[0]).abs().max() > 0.1
+
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    again, widths = _generate(loaded.generate, loaded, prompt_ids, prompt_mask, **GENERATION)
+    assert widths[:2] == [(2, 8), (6, 1)]
+    assert torch.equal(again.sequences, original.sequences)

@@ -8,12 +8,15 @@ are in tests/test_shared_prompt.py); micro-batches hold whole groups and their o
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
 from trainer_toys import toy_dataset, toy_verifiers
+from transformers import LlamaConfig, LlamaForCausalLM
 
 import mrtpo.shared_prompt
+from mrtpo.shared_prompt import SharedPrefillGenerate
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
@@ -219,3 +222,35 @@ def test_trl_cache_implementation_trains_with_sharing(tmp_path, cache_implementa
     shared = train(tmp_path, True, **settings)
     assert shared._shares_prompt
     assert_same_run(shared, train(tmp_path, False, **settings))
+
+
+def test_reference_model_on_another_attention_falls_back_before_installing(tmp_path, caplog):
+    # The policy passed on sdpa; TRL loads the reference from its folder with
+    # `model_init_kwargs`, here on eager attention, which shared prompts do not serve.
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    model.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    policy = type(model).from_pretrained(tmp_path / "tiny", attn_implementation="sdpa")
+    settings = dict(max_steps=1, beta=0.04, model_init_kwargs={"attn_implementation": "eager"})
+    with caplog.at_level(logging.WARNING, logger="mrtpo.trainer"):
+        trainer = train(tmp_path, True, model=policy, **settings)
+    assert not trainer._shares_prompt
+    assert "per-row path (reference model)" in caplog.text and "'eager'" in caplog.text
+    assert trainer.ref_model.config._attn_implementation == "eager"
+    assert trainer.model.config._attn_implementation == "sdpa"  # nothing installed
+    assert not isinstance(vars(trainer.model).get("generate"), SharedPrefillGenerate)
+    assert logged(trainer)[0]["kl"] >= 0.0
+
+
+def test_dynamic_rope_falls_back_with_a_logged_reason(tmp_path, caplog):
+    settings = tiny_model_and_tokenizer(seed=0)[0].config.to_dict()
+    settings.pop("rope_parameters", None)
+    model = LlamaForCausalLM(
+        LlamaConfig(**settings, rope_scaling=dict(rope_type="dynamic", factor=2.0))
+    )
+    assert model.config.rope_parameters["rope_type"] == "dynamic"
+    with caplog.at_level(logging.WARNING, logger="mrtpo.trainer"):
+        trainer = train(tmp_path, True, model=model, max_steps=1)
+    assert not trainer._shares_prompt
+    assert "rope_type 'dynamic'" in caplog.text
+    assert math.isfinite(logged(trainer)[0]["loss"])

@@ -49,6 +49,8 @@ from mrtpo.relevance.kv_share import cache_keyword
 ATTENTION_NAME = "mrtpo_shared_prompt"
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")  # the families the exactness tests cover
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+# transformers' RoPE types whose frequencies are recomputed from the largest position id
+LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
 _IGNORE = -100  # the label that TRL's fused head does not score
 
 logger = logging.getLogger(__name__)
@@ -106,8 +108,10 @@ def check_supported(model: torch.nn.Module) -> None:
 
     Served: text-only Llama-family and Qwen2 models whose every layer is full attention, on
     transformers' ``sdpa`` attention (the default). Vision-language models, sliding-window
-    layers (a window cut differently for a segment than for its own row) and other attention
-    implementations are refused.
+    layers (a window cut differently for a segment than for its own row), RoPE whose
+    frequencies depend on the sequence's length (``dynamic``, ``longrope``: a packed row's
+    largest position is not its per-row copy's) and other attention implementations are
+    refused.
     """
     config = _pretrained(model).config
     if getattr(config, "vision_config", None) is not None or config.get_text_config() is not config:
@@ -127,11 +131,29 @@ def check_supported(model: torch.nn.Module) -> None:
             "shared prompts need full attention in every layer; this model has sliding-window "
             f"layers (layer_types={sorted(set(layer_types))})"
         )
+    length_dependent = sorted(set(_rope_types(config)) & LENGTH_DEPENDENT_ROPE)
+    if length_dependent:
+        raise ValueError(
+            f"shared prompts need RoPE frequencies that do not depend on the sequence's length; "
+            f"this model's rope_type {length_dependent[0]!r} recomputes them from the largest "
+            "position, which differs between a packed group and its rows"
+        )
     if config._attn_implementation not in ("sdpa", ATTENTION_NAME):
         raise ValueError(
             f"shared prompts run on sdpa attention; the model uses {config._attn_implementation!r} "
             "(load it with attn_implementation='sdpa')"
         )
+
+
+def _rope_types(config: Any) -> list[str]:
+    """The config's RoPE types: one, or one per layer type (``rope_parameters`` keyed by it)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    nested = [value for value in parameters.values() if isinstance(value, dict)]
+    return [
+        kind
+        for entry in (parameters, *nested)
+        if (kind := entry.get("rope_type", entry.get("type"))) is not None
+    ]
 
 
 def install_shared_prompt_attention(model: torch.nn.Module) -> None:
@@ -528,22 +550,35 @@ def install_shared_prefill(model: torch.nn.Module) -> None:
     generation_config=...)`` on the unwrapped model (PEFT's ``generate`` ends in the base
     model's); the base model's ``generate`` is replaced, on this instance, by
     ``generate_with_shared_prefill``. Calls that bring their own cache, or pass the prompts
-    positionally, go to the original ``generate`` unchanged.
+    positionally, go to the original ``generate`` unchanged. The replacement holds the
+    instance it serves, so a ``copy.deepcopy`` of the model generates with the copy's weights
+    and the model still pickles (``torch.save``).
     """
     base = _pretrained(model)
-    if hasattr(base.generate, "without_shared_prefill"):
-        return
-    original = base.generate
+    if not isinstance(vars(base).get("generate"), SharedPrefillGenerate):
+        base.generate = SharedPrefillGenerate(base)
 
-    @functools.wraps(original)
-    def generate(*args: Any, **kwargs: Any) -> Any:
+
+class SharedPrefillGenerate:
+    """The ``generate`` that ``install_shared_prefill`` puts on a model instance.
+
+    A plain object holding the model rather than a closure over it: deep copies and pickles of
+    the model copy it along with the model, bound to the copy.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    @property
+    def without_shared_prefill(self) -> Any:
+        """The model class's own ``generate``, bound to the model."""
+        return type(self.model).generate.__get__(self.model)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         plain = args or any(kwargs.get(name) is not None for name in _CACHE_NAMES)
         if plain or kwargs.get("input_ids") is None or kwargs.get("attention_mask") is None:
-            return original(*args, **kwargs)
-        return generate_with_shared_prefill(base, **kwargs)
-
-    generate.without_shared_prefill = original
-    base.generate = generate
+            return self.without_shared_prefill(*args, **kwargs)
+        return generate_with_shared_prefill(self.model, **kwargs)
 
 
 _CACHE_NAMES = ("cache", "past_key_values")
