@@ -10,7 +10,8 @@ This subclass changes three things:
    estimator of `mrtpo.advantages` named by `advantage_estimator` (looked up once): `grpo`/`gdpo`
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
    replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`,
-   with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
+   or, for the entropy control `token_relevance="entropy"`, the policy's own next-token
+   entropy with no replay; with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
    (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
    sequence-level sign-based options get each response's advantage (see the class).
    On a batch whose rewards cancel in GDPO's sum S (std_batch S near 0), MRTPO's re-allocated
@@ -22,7 +23,8 @@ This subclass changes three things:
    every process at once.
 3. Logging. Beta, replay time and share of the step, the shares of rows and of contexts
    replayed, the share of rows the bounded normalization changed, each reward's replay
-   distance over the pairs where it was replayed (mean and top-10% share) and, under SAW, each
+   distance over the pairs where it was replayed (mean and top-10% share), the reallocation
+   ratio (what MRTPO moves over GDPO's part, `mrtpo/reallocation_ratio`) and, under SAW, each
    reward's weight and the weighted reward trained on go through TRL's `self._metrics`; TRL's
    completions table gets the advantages trained on; a
    callback writes `metrics.jsonl` and `curves.png` (`mrtpo.logging_callbacks`); every
