@@ -292,7 +292,11 @@ def test_untrained_rows_are_initialized_so_the_references_can_be_written(capital
     others = torch.arange(len(tokenizer)) != token_id
     assert torch.equal(inputs[others], untouched[0][others])  # no other row moves
     assert torch.equal(outputs[others], untouched[1][others])
-    torch.testing.assert_close(inputs[token_id], untouched[0][others].mean(dim=0))
+    # "<" is a single character of the vocabulary, no pieces of its own: the mean of the trained
+    # rows, without the zero padding row 0 and the twin token_id + 1, both never trained.
+    trained = others.clone()
+    trained[[0, token_id + 1]] = False
+    torch.testing.assert_close(inputs[token_id], untouched[0][trained].mean(dim=0))
     assert untrained_token_ids(model, [token_id]) == []
     # Log p where the references write the token, measured independently of the function.
     prompt = render_prompt_ids(tokenizer, [dataset[0]["prompt"]])[0]
@@ -300,7 +304,7 @@ def test_untrained_rows_are_initialized_so_the_references_can_be_written(capital
         logits = model(torch.tensor([prompt + [token_id]])).logits[0]
     log_p = torch.log_softmax(logits, dim=-1)
     best_other = float(log_p[len(prompt) - 1, others].max())
-    if method == "mean":
+    if method == "mean":  # the output matrix's row 0 and token_id + 1 are ordinary rows
         torch.testing.assert_close(outputs[token_id], untouched[1][others].mean(dim=0))
         assert abs(after - before) < 1.0  # about the average logit: still not writable
     else:
@@ -339,3 +343,121 @@ def test_fit_refuses_a_head_that_is_not_a_plain_product(capitals):
         cold_start.initialize_untrained_rows(model, tokenizer, dataset, [5], "fit")
     figures = cold_start.initialize_untrained_rows(model, tokenizer, dataset, [5], "mean")
     assert set(figures) == {5}
+
+
+class ToolTagTask(CountryTask):
+    """Capitals inside `<tool_call>` tags, two tokens the model never trained."""
+
+    name = "tool_tags"
+
+    def reference_completion(self, example):
+        capital = self.capitals[example["country"]]
+        return None if capital is None else f"<tool_call>{capital}</tool_call>"
+
+
+def model_with_released_tags(dtype=torch.float32):
+    """The tiny untied model with `<tool_call>` and `</tool_call>` added as released models ship
+    them: one input row shared by both, a zero output row each; a peaked head, as a trained
+    model has. Returns the model, the tokenizer, the tags' ids and the references."""
+    tokenizer = tiny_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    model = tiny_model(len(tokenizer), tied=False)
+    tags = tokenizer.convert_tokens_to_ids(["<tool_call>", "</tool_call>"])
+    inputs, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    with torch.no_grad():
+        outputs.mul_(30.0)
+        inputs[tags] = torch.randn(inputs.shape[1], generator=torch.Generator().manual_seed(1))
+        outputs[tags] = 0.0
+    dataset = cold_start.cold_start_dataset(ToolTagTask(), max_examples=4)
+    return model.to(dtype), tokenizer, tags, dataset
+
+
+def pieces_of(tokenizer, token):
+    """The ids of `token`'s text tokenized with the special tokens split (`<`, `tool`, ...)."""
+    return tokenizer(token, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def written_log_p(model, tokenizer, dataset, tags):
+    """[2, 2]: at the position where the first reference writes tag i (row), the log p of tag j
+    (column), and the best other token's log p there for each row ([2])."""
+    prompt = render_prompt_ids(tokenizer, [dataset[0]["prompt"]])[0]
+    completion = tokenizer(dataset[0]["completion"][0]["content"], add_special_tokens=False)
+    ids = prompt + completion["input_ids"]
+    with torch.no_grad():
+        log_p = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    where = [ids.index(tag) - 1 for tag in tags]
+    others = torch.ones(log_p.shape[1], dtype=torch.bool)
+    others[tags] = False
+    return log_p[where][:, tags], log_p[where][:, others].max(dim=-1).values
+
+
+@pytest.mark.parametrize("method", ["fit", "mean"])
+def test_tags_initialized_together_stay_two_tokens(method):
+    """`<tool_call>` and `</tool_call>` each start from the mean of their own pieces' rows (`<`,
+    `tool`, `_`, `call`, `>` against `</`, ...): the model reads them apart and, with "mean",
+    writes them apart; with "fit" each is the model's choice where the references write it."""
+    model, tokenizer, tags, dataset = model_with_released_tags()
+    inputs, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    untouched = inputs.detach().clone(), outputs.detach().clone()
+
+    cold_start.initialize_untrained_rows(model, tokenizer, dataset, tags, method)
+
+    gap = float((inputs[tags[0]] - inputs[tags[1]]).detach().norm())
+    assert gap > 0.2 * float(inputs[tags[0]].detach().norm()), gap
+    opening, closing = pieces_of(tokenizer, "<tool_call>"), pieces_of(tokenizer, "</tool_call>")
+    assert opening != closing and len(opening) > 1
+    torch.testing.assert_close(inputs[tags[0]], untouched[0][opening].mean(dim=0))
+    torch.testing.assert_close(inputs[tags[1]], untouched[0][closing].mean(dim=0))
+    if method == "mean":
+        gap = float((outputs[tags[0]] - outputs[tags[1]]).detach().norm())
+        assert gap > 0.2 * float(outputs[tags[0]].detach().norm()), gap
+        torch.testing.assert_close(outputs[tags[0]], untouched[1][opening].mean(dim=0))
+        torch.testing.assert_close(outputs[tags[1]], untouched[1][closing].mean(dim=0))
+    else:
+        log_p, best_other = written_log_p(model, tokenizer, dataset, tags)
+        # Each tag about as likely as the best other token where the reference writes it, and
+        # well above the other tag there.
+        assert (log_p.diagonal() - best_other).abs().max() < 1.0, (log_p, best_other)
+        assert log_p[0, 0] > log_p[0, 1] + 3.0 and log_p[1, 1] > log_p[1, 0] + 3.0, log_p
+
+
+def test_the_means_leave_out_rows_never_trained():
+    """Rows never trained (zero, or twins of one unused vector, as Qwen2.5 ships a dozen) are
+    neither pieces nor part of the mean of the trained rows."""
+    model, tokenizer, tags, dataset = model_with_released_tags()
+    inputs = model.get_input_embeddings().weight
+    opening = pieces_of(tokenizer, "<tool_call>")
+    plain = tokenizer("{", add_special_tokens=False)["input_ids"][0]  # no pieces of its own
+    assert {plain, plain + 1}.isdisjoint(opening)
+    unused = list(range(400, 440))
+    with torch.no_grad():
+        inputs[opening[1]] = 0.0  # `tool` never trained
+        inputs[unused] = 5.0  # forty twins
+        inputs[plain] = inputs[plain + 1]
+    untouched = inputs.detach().clone()
+
+    cold_start.initialize_untrained_rows(model, tokenizer, dataset, [*tags, plain], "mean")
+
+    torch.testing.assert_close(inputs[tags[0]], untouched[[opening[0], *opening[2:]]].mean(dim=0))
+    trained = torch.ones(len(tokenizer), dtype=torch.bool)
+    trained[[0, opening[1], *unused, *tags, plain, plain + 1]] = False
+    torch.testing.assert_close(inputs[plain], untouched[trained].mean(dim=0))
+
+
+def test_fit_accepts_a_bf16_model_and_still_refuses_a_bias():
+    """bf16 rounds a logit to 8 bits: the check that the head is a plain product allows for it,
+    and still sees a bias of 1."""
+    model, tokenizer, tags, dataset = model_with_released_tags(torch.bfloat16)
+    head = model.lm_head
+    biased = torch.nn.Linear(model.config.hidden_size, len(tokenizer), bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.fill_(1.0)
+    model.lm_head = biased.to(torch.bfloat16)
+    with pytest.raises(ValueError, match="use 'mean'"):
+        cold_start.initialize_untrained_rows(model, tokenizer, dataset, tags, "fit")
+    model.lm_head = head
+    figures = cold_start.initialize_untrained_rows(model, tokenizer, dataset, tags, "fit")
+    for before, after in figures.values():
+        assert after > before + 5.0, figures
+    assert model.get_output_embeddings().weight.dtype == torch.bfloat16

@@ -152,6 +152,49 @@ def untrained_reference_tokens(
     return untrained
 
 
+def token_pieces(tokenizer: Any, token_id: int) -> list[int]:
+    """The ids that `token_id`'s text splits into without the token itself: `<tool_call>` into
+    `<`, `tool`, `_call`, `>`. A fast tokenizer's vocabulary model is asked directly, below its
+    added tokens (which would match the text whole, special or not); a token the vocabulary
+    itself holds, which would come back whole, is split into its characters. Empty when even
+    those give only the token."""
+
+    def split(text: str) -> list[int]:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        if backend.normalizer is not None:
+            text = backend.normalizer.normalize_str(text)
+        words = [(text, None)]
+        if backend.pre_tokenizer is not None:
+            words = backend.pre_tokenizer.pre_tokenize_str(text)
+        return [piece.id for word, _ in words for piece in backend.model.tokenize(word)]
+
+    text = tokenizer.decode([token_id])
+    pieces = split(text)
+    if token_id in pieces:
+        pieces = [piece for character in text for piece in split(character)]
+    return [piece for piece in pieces if piece != token_id]
+
+
+def own_rows(weight: torch.Tensor, pieces: dict[int, list[int]]) -> dict[int, torch.Tensor]:
+    """Per token of `pieces` (token id -> its pieces' ids), a float32 row of `weight` [V, d] of
+    its own: the mean of its pieces' rows that were trained, or, for a token without such
+    pieces, the mean of every trained row. Rows never trained (`untrained_rows`, and the tokens
+    being initialized) are left out of both means: a dozen copies of one unused vector would
+    pull the mean towards it."""
+    from mrtpo.models import untrained_rows
+
+    trained = ~untrained_rows(weight)
+    trained[list(pieces)] = False
+    rows = {}
+    for token_id, ids in pieces.items():
+        own = [piece for piece in ids if bool(trained[piece])]
+        chosen = weight[own] if own else weight[trained]
+        rows[token_id] = chosen.float().mean(dim=0)
+    return rows
+
+
 @torch.no_grad()
 def initialize_untrained_rows(
     model: Any, tokenizer: Any, dataset: Any, token_ids: list[int], method: str = "fit"
@@ -159,16 +202,18 @@ def initialize_untrained_rows(
     """Give the untrained `token_ids` usable embedding rows before the cold start; returns, per
     token, its mean log-probability where the references write it, before and after.
 
-    Both methods set the input row to the mean of the other input rows (the model has never read
-    the token: the mean is the neutral input). The output row:
-    - "mean": the mean of the other output rows (the practice of Unsloth and axolotl). The token
-      then gets about the average logit: far from its reference positions' top choice.
-    - "fit": the ridge least-squares row closest to that mean whose logit, over every position
-      of the prompts and references (teacher-forced, final hidden states h), is the best other
-      token's logit where the next token is this one and the mean row's logit elsewhere, the
-      two kinds of position weighted equally. Adam moves a row about lr per coordinate a step, so
-      a few steps at lr 1e-5 cannot teach a 24-nat gap; this closes it from the data in one
-      solve, and fine-tuning goes on from there.
+    Each token starts from rows of its own (`own_rows`): the mean of the trained rows of the
+    pieces its text splits into without it (`token_pieces`), so that `<tool_call>` and
+    `</tool_call>`, initialized together, stay two different tokens to read and to write. Both
+    methods set the input row so. The output row:
+    - "mean": that own row too. The token then gets about its pieces' average logit: still
+      far from its reference positions' top choice.
+    - "fit": the ridge least-squares row closest to its own row whose logit, over every
+      position of the prompts and references (teacher-forced, final hidden states h), is the
+      best other token's logit where the next token is this one and the own row's logit
+      elsewhere, the two kinds of position weighted equally. Adam moves a row about lr per
+      coordinate a step, so a few steps at lr 1e-5 cannot teach a 24-nat gap; this closes it
+      from the data in one solve, and fine-tuning goes on from there.
     Rows are float32 math; an untied output matrix gets its own row, a tied one follows the
     input row ("fit" then fits nothing and says so in the figures it returns).
     """
@@ -180,8 +225,12 @@ def initialize_untrained_rows(
     inputs = model.get_input_embeddings().weight
     outputs = model.get_output_embeddings().weight
     tied = outputs.data_ptr() == inputs.data_ptr()
-    others = torch.ones(inputs.shape[0], dtype=torch.bool, device=inputs.device)
-    others[ids] = False
+    pieces = {token_id: token_pieces(tokenizer, token_id) for token_id in ids}
+    own_inputs = own_rows(inputs, pieces)
+    own_outputs = own_rows(outputs, pieces) if not tied else own_inputs
+    # The model's head rounds its logits to its dtype (bf16 keeps 8 bits, float32 24), and a
+    # product's rounding scales with the typical logit: both relative, never a bias's fixed 1.
+    tolerance = max(1e-3, 4 * torch.finfo(outputs.dtype).eps)
     sequences = []
     for row in dataset:
         prompt = render_prompt_ids(tokenizer, [row["prompt"]])[0]
@@ -201,7 +250,8 @@ def initialize_untrained_rows(
             if not states[1:] and method == "fit" and not tied:
                 # The fit solves for logits = final hidden state . row: no bias, no soft cap.
                 head = states[0][:8] @ outputs.float().T
-                if not torch.allclose(head, logits[:8], atol=1e-3, rtol=1e-3):
+                scale = float(logits[:8].abs().mean())
+                if not torch.allclose(head, logits[:8], atol=tolerance * scale, rtol=tolerance):
                     raise ValueError(
                         "untrained_tokens='fit' needs logits = last hidden state x output "
                         "matrix, which this model's head does not compute; use 'mean'"
@@ -219,20 +269,20 @@ def initialize_untrained_rows(
     model.eval()
     states, targets, log_ps, best_others = reference_positions()
     before = mean_log_p(targets, log_ps)
-    inputs[ids] = inputs[others].float().mean(dim=0).to(inputs.dtype)
+    for token_id in ids:
+        inputs[token_id] = own_inputs[token_id].to(inputs.dtype)
     if not tied:
-        mean_row = outputs[others].float().mean(dim=0)
         for token_id in ids:
-            row = mean_row
+            row = own_outputs[token_id]
             positive = targets == token_id
             if method == "fit" and positive.any():
-                goal = torch.where(positive, best_others, states @ mean_row)
+                goal = torch.where(positive, best_others, states @ own_outputs[token_id])
                 weight = torch.where(positive, 0.5 / positive.sum(), 0.5 / (~positive).sum())
-                # argmin_w sum_i weight_i (h_i.w - goal_i)^2 + ridge |w - mean_row|^2
+                # argmin_w sum_i weight_i (h_i.w - goal_i)^2 + ridge |w - own row|^2
                 gram = states.T @ (weight[:, None] * states)
                 ridge = 1e-3 * torch.trace(gram) / gram.shape[0]
                 system = gram + ridge * torch.eye(gram.shape[0], device=gram.device)
-                row = torch.linalg.solve(system, states.T @ (weight * goal) + ridge * mean_row)
+                row = torch.linalg.solve(system, states.T @ (weight * goal) + ridge * row)
             outputs[token_id] = row.to(outputs.dtype)
     _, targets, log_ps, _ = reference_positions()
     model.train(was_training)

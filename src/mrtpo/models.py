@@ -362,9 +362,26 @@ def twin_rows(weight: torch.Tensor, token_id: int, sums: torch.Tensor | None = N
     return [j for j in candidates if j != token_id and torch.equal(rows[j], rows[token_id])]
 
 
+def untrained_rows(weight: torch.Tensor) -> torch.Tensor:
+    """[V] bool: the rows of `weight` [V, d] that were never trained: all zeros, or exactly equal
+    to another row (training never leaves two rows identical)."""
+    rows = weight.detach()
+    flagged = ~rows.any(dim=1)
+    # Identical rows have identical sums: compare exactly only where the sums collide.
+    sums = rows.sum(dim=1, dtype=torch.float64)
+    _, which, counts = torch.unique(sums, return_inverse=True, return_counts=True)
+    colliding = (counts[which] > 1).nonzero().flatten()
+    if len(colliding):
+        _, which, counts = torch.unique(
+            rows[colliding], dim=0, return_inverse=True, return_counts=True
+        )
+        flagged[colliding[counts[which] > 1]] = True
+    return flagged
+
+
 def untrained_token_ids(model: Any, token_ids: Iterable[int]) -> list[int]:
-    """The ids among `token_ids` whose input or output embedding row was never trained: the row is
-    all zeros or exactly equals another token's row (training never leaves two rows identical).
+    """The ids among `token_ids` whose input or output embedding row was never trained
+    (`untrained_rows`).
 
     Released models ship such rows for tokens their training never used: Qwen2.5-Coder-0.5B-
     Instruct's `<tool_call>` and `</tool_call>` share one vector with a dozen other tokens, so
@@ -379,16 +396,6 @@ def untrained_token_ids(model: Any, token_ids: Iterable[int]) -> list[int]:
     }
     flagged: set[int] = set()
     for weight in matrices.values():
-        rows = weight.detach()
-        # Identical rows have identical sums: compare exactly only where the sums collide.
-        sums = rows.sum(dim=1, dtype=torch.float64)
-        for token_id in ids:
-            if token_id >= rows.shape[0] or token_id in flagged:
-                continue
-            row = rows[token_id]
-            if not bool(row.any()):
-                flagged.add(token_id)
-                continue
-            if twin_rows(rows, token_id, sums):
-                flagged.add(token_id)
+        untrained = untrained_rows(weight)
+        flagged.update(i for i in ids if i < len(untrained) and bool(untrained[i]))
     return sorted(flagged)
