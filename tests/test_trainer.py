@@ -16,9 +16,12 @@ from datasets import Dataset
 from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 import mrtpo.relevance
+import mrtpo.trainer
 from mrtpo import advantages, tasks
+from mrtpo.step_data import ScoredBatch
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import ESTIMATORS, MRTPOConfig, MRTPOTrainer, _top_share_sums
 from mrtpo.verifiers import Verdict, Verifier
@@ -1109,8 +1112,13 @@ def test_two_processes_refuse_a_prompt_that_only_one_holds(tmp_path):
     assert result.returncode != 0
     messages = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
     assert messages[0] == messages[1]  # the same error on both, whichever held the row
-    assert "has no user message to append verifier information to" in messages[0]
-    assert "process 0: prompts[" in messages[0] or "process 1: prompts[" in messages[0]
+    # TRL's sampler (the run's seed, 0) orders the two prompts' groups of four rows; process p
+    # holds rows 4p..4p+3 of the batch. The message names the holder and its first row there.
+    dealt = list(RepeatSampler(range(2), mini_repeat_count=4, batch_size=2, seed=0))[:8]
+    row = dealt.index(1)  # the prompt without a user turn is the dataset's second
+    assert row == 4  # on process 1, whose rows a dropped offset would number from 0
+    expected = f"(process {row // 4}: prompts[{row}] has no user message to append verifier"
+    assert expected in messages[0], messages[0]
 
 
 # ---------------------------------------------------------------------- bounded normalization
@@ -1181,9 +1189,42 @@ def test_placebo_replays_each_row_with_another_prompts_information(tmp_path, mon
             letter = prompt[-1]["content"].split()[-1][0]  # "... the word apple." -> "a"
             assert f"letter {letter!r}" in row_own[0]
             assert f"letter {letter!r}" not in row_infos[0]  # another prompt's letter
-    # The partners are a derangement of the three groups, drawn again each step.
     assert placebo.state.global_step == own.state.global_step == 2
     assert placebo.args.replay_information == "placebo"
+
+    # Whose information each row gets, read off labelled rows: a 24-row batch (six groups of
+    # four) on two processes of 12 rows each; the second process's rows start at row 12.
+    group_size, rows, per_process = placebo.num_generations, 24, 12
+    labels = [f"group {r // group_size} position {r % group_size}" for r in range(rows)]
+    monkeypatch.setattr(mrtpo.trainer, "gather_object", lambda own: [[label] for label in labels])
+
+    def pairing(step: int) -> dict[int, int]:
+        """{group: the group whose information it gets} over both processes at `step`."""
+        placebo.state.global_step = step
+        partners: dict[int, set[int]] = {}
+        for start in (0, per_process):
+            local = range(start, start + per_process)
+            scored = ScoredBatch(
+                prompts=[None] * per_process,
+                completions=[""] * per_process,
+                completion_ids=[[1]] * per_process,
+                rewards=torch.zeros(rows, 1),
+                verdicts=[[Verdict(1.0, labels[row]) for row in local]],
+                local=slice(start, start + per_process),
+            )
+            for row, (info,) in zip(local, placebo._replay_infos(scored), strict=True):
+                _, group, _, position = info.split()
+                assert int(position) == row % group_size, (step, row)  # the same position
+                partners.setdefault(row // group_size, set()).add(int(group))
+        assert all(len(groups) == 1 for groups in partners.values())  # one partner a group
+        paired = {group: groups.pop() for group, groups in partners.items()}
+        assert sorted(paired.values()) == list(range(rows // group_size)), paired  # a permutation
+        assert all(group != partner for group, partner in paired.items()), paired  # of others
+        return paired
+
+    pairings = [pairing(step) for step in range(4)]
+    assert pairing(2) == pairings[2]  # a function of the step: every process draws it alike
+    assert len({tuple(paired.items()) for paired in pairings}) > 1  # drawn again each step
 
 
 def test_placebo_needs_two_prompts_per_generation_batch(tmp_path):
