@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.metadata
+import os
+import threading
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaForCausalLM
@@ -72,9 +76,32 @@ def test_missing_or_other_qwen_part_names_every_wheel(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing assembled
 
 
+def file_digest(path):
+    """The sha256 of the file at `path`, read back from disk in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def test_wrong_sha256_is_refused_and_leaves_nothing(monkeypatch, tmp_path):
-    """The parts concatenated in another order (a real 491 MB file, about 3 s)."""
+    """Qwen's six parts in order assemble the pinned file: the bytes on disk, read back (not the
+    bytes the writer read), hash to the pin, and its header and last weight read as a GGUF's.
+    In another order they are refused and nothing is left (a real 491 MB file, twice: ~6 s)."""
     model = models.QWEN25_CODER_05B
+    parts = [models.part_path(part, model) for part in model.parts]
+    path = models.embedded_gguf_path(model.name, directory=tmp_path)
+    assert path.stat().st_size == sum(part.stat().st_size for part in parts) == 491_400_064
+    assert file_digest(path) == model.sha256
+    with open(path, "rb") as file:
+        header = file.read(24)
+        file.seek(-896 * 4, os.SEEK_END)  # the last tensor: output_norm.weight, 896 float32
+        norm = np.frombuffer(file.read(), dtype="<f4")
+    assert header[:4] == b"GGUF" and int.from_bytes(header[8:16], "little") == 291  # tensors
+    assert np.isfinite(norm).all() and 7.0 < float(norm.mean()) < 7.5 and norm.max() == 17.125
+    path.unlink()
+
     swapped = (model.parts[1], model.parts[0], *model.parts[2:])
     monkeypatch.setitem(
         models.EMBEDDED_MODELS, model.name, dataclasses.replace(model, parts=swapped)
@@ -98,8 +125,10 @@ def test_embedded_model_converts_generates_and_reloads(tmp_path, monkeypatch):
     assert type(model) is LlamaForCausalLM
     assert getattr(model, "hf_quantizer", None) is None
     assert "quantization_config" not in model.config.to_dict()
-    # The cache is complete and no half-written staging folder is left behind.
-    assert sorted(p.name for p in tmp_path.iterdir()) == [models.DEFAULT_MODEL]
+    # The cache is complete and no half-written staging folder is left behind (the empty lock
+    # file that concurrent conversions take turns on stays).
+    lock = f".{models.DEFAULT_MODEL}.lock"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lock, models.DEFAULT_MODEL]
     assert (tmp_path / models.DEFAULT_MODEL / "model.safetensors").is_file()
     assert "<|im_start|>assistant" in tokenizer.chat_template
     assert tokenizer.pad_token_id is not None
@@ -115,6 +144,74 @@ def test_embedded_model_converts_generates_and_reloads(tmp_path, monkeypatch):
     reloaded, _ = models.load_model(models.DEFAULT_MODEL)
     with torch.no_grad():
         assert torch.equal(model(**inputs).logits, reloaded(**inputs).logits)
+
+
+def renames_waiting_for_each_other(monkeypatch, parties=2, seconds=1.0):
+    """`os.rename` held until `parties` renames are under way (or `seconds` have passed): two
+    converters that both reach their final rename then race on it, as processes can."""
+    real_rename, meeting = os.rename, threading.Barrier(parties, timeout=seconds)
+
+    def rename(source, destination):
+        try:
+            meeting.wait()
+        except threading.BrokenBarrierError:  # the other one is not renaming now
+            pass
+        real_rename(source, destination)
+
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def run_at_once(function, *args):
+    """`function(*args)` in two threads at once: their results and what each raised."""
+    results, errors = [None, None], [None, None]
+
+    def run(i):
+        try:
+            results[i] = function(*args)
+        except Exception as error:  # noqa: BLE001 -- reported to the test
+            errors[i] = error
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results, errors
+
+
+def test_two_converters_at_once_both_get_one_complete_folder(tmp_path, monkeypatch):
+    """The dequantization faked by the tiny model: two conversions of one embedded model at
+    once convert once, and both return the complete folder (before, the slower one's final
+    rename failed with ENOTEMPTY)."""
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    conversions = []
+
+    def dequantized(name, scratch):
+        conversions.append(name)
+        return tiny_model_and_tokenizer(seed=3)
+
+    monkeypatch.setattr(models, "dequantized_embedded", dequantized)
+    renames_waiting_for_each_other(monkeypatch)
+    results, errors = run_at_once(models.embedded_model_dir, models.DEFAULT_MODEL)
+
+    folder = tmp_path / models.DEFAULT_MODEL
+    assert errors == [None, None] and results == [folder, folder]
+    assert conversions == [models.DEFAULT_MODEL]
+    assert not [p for p in tmp_path.iterdir() if p.is_dir() and p != folder]  # no staging left
+    model, _ = models.load_model(models.DEFAULT_MODEL)
+    reference, _ = tiny_model_and_tokenizer(seed=3)
+    torch.testing.assert_close(model.state_dict(), reference.state_dict())
+
+
+def test_a_save_whose_folder_another_process_renamed_first_keeps_theirs(tmp_path, monkeypatch):
+    """Without the conversion's lock (the tokenizer-only cache), two saves that both reach the
+    rename: the loser discards its copy instead of failing."""
+    _, tokenizer = tiny_model_and_tokenizer()
+    renames_waiting_for_each_other(monkeypatch)
+    results, errors = run_at_once(models.save_atomically, tmp_path / "tokenizer", tokenizer)
+    assert errors == [None, None] and results == [tmp_path / "tokenizer"] * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer"]
+    assert (tmp_path / "tokenizer" / "tokenizer.json").is_file()
 
 
 def test_embedded_names_resolve_to_their_converted_cache(tmp_path, monkeypatch):

@@ -232,25 +232,26 @@ def save_atomically(destination: Path, *savables: Any) -> Path:
     try:
         for savable in savables:
             savable.save_pretrained(staging)
-        if destination.exists():  # another process finished first: keep theirs
-            shutil.rmtree(staging)
-        else:
+        try:
             os.rename(staging, destination)
+        except OSError:
+            # Another process renamed its own copy there first (ENOTEMPTY or EEXIST, between
+            # any check and this rename): keep theirs, it holds the same files.
+            if not destination.is_dir():
+                raise
+            shutil.rmtree(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return destination
 
 
-def convert_embedded(destination: Path, name: str = DEFAULT_MODEL) -> Path:
-    """Dequantize embedded model `name`'s GGUF into a plain float32 folder at `destination`."""
+def dequantized_embedded(name: str, scratch: Path) -> tuple[Any, Any]:
+    """(plain float32 model, tokenizer) of embedded model `name`, its GGUF assembled under
+    `scratch` and removed afterwards."""
     from transformers import AutoModelForCausalLM
 
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix=".gguf-", dir=destination.parent) as scratch,
-        embedded_gguf(name, Path(scratch)) as gguf,
-    ):
+    with embedded_gguf(name, scratch) as gguf:
         tokenizer = gguf_tokenizer(gguf, name)
         gguf_model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -260,7 +261,24 @@ def convert_embedded(destination: Path, name: str = DEFAULT_MODEL) -> Path:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    return save_atomically(destination, model, tokenizer)
+    return model, tokenizer
+
+
+def convert_embedded(destination: Path, name: str = DEFAULT_MODEL) -> Path:
+    """Dequantize embedded model `name`'s GGUF into a plain float32 folder at `destination`.
+
+    Processes converting at once take turns on a lock file beside `destination`: the first
+    converts, the others find its folder complete and return it (a minute of Qwen's
+    conversion is not done twice, and no rename races another)."""
+    from filelock import FileLock
+
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(destination.parent / f".{destination.name}.lock"):
+        if (destination / "model.safetensors").is_file():
+            return destination
+        with tempfile.TemporaryDirectory(prefix=".gguf-", dir=destination.parent) as scratch:
+            model, tokenizer = dequantized_embedded(name, Path(scratch))
+        return save_atomically(destination, model, tokenizer)
 
 
 def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
