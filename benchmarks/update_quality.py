@@ -500,20 +500,43 @@ def estimator_advantages(
 
 
 def flat_gradient(model: Any) -> Any:
-    """The model's gradient as one float32 vector (0 for a parameter without one)."""
+    """The model's gradient as one float32 vector on the CPU (0 for a parameter without one).
+    Each parameter's `.grad` is released once copied: a 0.5B model's gradient is 2.5 GB, and
+    holding it twice costs what a lane can spare."""
     import torch
 
-    parts = []
-    for parameter in model.parameters():
-        if not parameter.requires_grad:
-            continue
-        grad = parameter.grad
-        parts.append(
-            torch.zeros(parameter.numel(), dtype=torch.float32)
-            if grad is None
-            else grad.detach().reshape(-1).float().cpu()
-        )
-    return torch.cat(parts)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.zeros(sum(p.numel() for p in parameters), dtype=torch.float32)
+    offset = 0
+    for parameter in parameters:
+        size = parameter.numel()
+        if parameter.grad is not None:
+            flat[offset : offset + size].copy_(parameter.grad.detach().reshape(-1))
+            parameter.grad = None
+        offset += size
+    return flat
+
+
+CHUNK = 1 << 24  # elements per step of a streamed dot product
+
+
+def dot(a: Any, b: Any) -> float:
+    """a . b in float64, streamed over chunks (no float64 copy of a whole gradient)."""
+    total = 0.0
+    for start in range(0, a.numel(), CHUNK):
+        total += float(a[start : start + CHUNK].double() @ b[start : start + CHUNK].double())
+    return total
+
+
+def difference(total: Any, part: Any, dtype: Any) -> Any:
+    """total - part, stored in `dtype`, computed chunk by chunk in float32."""
+    import torch
+
+    out = torch.empty(part.numel(), dtype=dtype)
+    for start in range(0, part.numel(), CHUNK):
+        chunk = slice(start, start + CHUNK)
+        out[chunk] = (total[chunk].float() - part[chunk]).to(dtype)
+    return out
 
 
 def batch_gradients(
@@ -581,11 +604,18 @@ def reference_pass(trainer: Any, record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def measure_batch(
-    trainer: Any, record: Mapping[str, Any], batch: int, totals: Mapping[str, Any]
+    trainer: Any,
+    record: Mapping[str, Any],
+    batch: int,
+    totals: Mapping[str, Any],
+    store_dtype: str = "float32",
 ) -> dict[str, Any]:
     """Every direction of one mini-batch against its leave-batch-out references.
 
     totals: {"ref/<reward>": the sum of every mini-batch's part} (`reference_pass`).
+    store_dtype: the references and gdpo's gradient are held in it while the other gradients
+    stream past ("bfloat16" halves them: the 0.5B model's references; every dot product is
+    still taken in float64 against the float32 gradient).
     Returns the dot products the report needs: the references' Gram matrix, and per measured
     direction its dots with each reference, its squared norm and its dot with gdpo's.
     """
@@ -596,27 +626,31 @@ def measure_batch(
     estimated = estimator_advantages(trainer, inputs, scored, batch)
     advantage_seconds = time.perf_counter() - started
     coefficients.update(estimated)
+    import torch
+
+    dtype = getattr(torch, store_dtype)
     references: dict[str, Any] = {}
     kept: dict[str, Any] = {}
     directions: dict[str, dict[str, Any]] = {}
 
     def take(name: str, vector: Any) -> None:
         if name in names:  # the other mini-batches' part: the total minus this one's
-            references[name] = totals[name] - vector
+            references[name] = difference(totals[name], vector, dtype)
             return
         entry = {
-            "ref_dots": [float(vector.double() @ references[r].double()) for r in names],
-            "norm2": float(vector.double() @ vector.double()),
+            "ref_dots": [dot(vector, references[r]) for r in names],
+            "norm2": dot(vector, vector),
         }
-        if name == "gdpo":
-            kept["gdpo"] = vector
         if "gdpo" in kept:
-            entry["dot_gdpo"] = float(vector.double() @ kept["gdpo"].double())
+            entry["dot_gdpo"] = dot(vector, kept["gdpo"])
+        if name == "gdpo":
+            kept["gdpo"] = vector.to(dtype)
+            entry["dot_gdpo"] = entry["norm2"]
         directions[name] = entry
 
     started = time.perf_counter()
     batch_gradients(trainer, inputs, coefficients, take)
-    gram = [[float(references[a].double() @ references[b].double()) for b in names] for a in names]
+    gram = [[dot(references[a], references[b]) for b in names] for a in names]
     return {
         "batch": batch,
         "reward_names": record["reward_names"],
@@ -651,6 +685,7 @@ class Lane:
     lane: int = 0
     lanes: int = 1
     device: str = "cpu"
+    store_dtype: str = "float32"
     model_path: str | None = None  # tests: a saved tiny model instead of the state's policy
     task_data: str | None = None
     waited: float = field(default=0.0)
@@ -723,7 +758,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         raise SystemExit(f"{lane.sample}: at most {limit} mini-batches of these prompts")
     record = _read_json(lane.folder / RUN_FILE) or {"lanes": {}}
     info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
-    info["sessions"].append(_machine(lane))
+    info["sessions"].append({**_machine(lane), **engine(), "store_dtype": lane.store_dtype})
     info["batches"] = lane.batches
     _write_json(lane.folder / RUN_FILE, record)
 
@@ -764,7 +799,9 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         if measure_path(lane, batch).is_file():
             continue
         started = time.process_time()
-        measured = measure_batch(trainer, _read_json(sample_path(lane, batch)), batch, totals)
+        measured = measure_batch(
+            trainer, _read_json(sample_path(lane, batch)), batch, totals, lane.store_dtype
+        )
         _write_json(measure_path(lane, batch), measured)
         spend("measure", started)
 
@@ -776,9 +813,12 @@ def wait_for_totals(lane: Lane, poll_seconds: float) -> dict[str, Any]:
     while True:
         partials = [reference_path(lane, i) for i in range(lane.lanes)]
         if all(p.is_file() for p in partials):
-            loaded = [torch.load(p) for p in partials]
+            # Memory-mapped: the sums stay in the page cache, not in this process's memory.
+            loaded = [torch.load(p, mmap=True) for p in partials]
             done = sorted(b for part in loaded for b in part["batches"])
             if done == list(range(lane.batches)):
+                if len(loaded) == 1:
+                    return loaded[0]["sums"]
                 totals: dict[str, Any] = {}
                 for part in loaded:
                     for name, vector in part["sums"].items():
@@ -786,6 +826,25 @@ def wait_for_totals(lane: Lane, poll_seconds: float) -> dict[str, Any]:
                 return totals
         time.sleep(poll_seconds)
         lane.waited += poll_seconds
+
+
+def engine() -> dict[str, Any]:
+    """The commit of the code measuring (this script's checkout), and whether its src/ or this
+    script differed from it: a measurement runs on one engine."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "../src", Path(__file__).name],
+            cwd=here, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "uncommitted_changes": None}
+    return {"commit": commit, "uncommitted_changes": bool(changed)}
 
 
 def _machine(lane: Lane) -> dict[str, Any]:
@@ -1217,6 +1276,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--lane", type=int, default=0)
     add("--lanes", type=int, default=1)
     add("--device", default="cpu")
+    add(
+        "--store_dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="dtype the references are held in while the gradients stream past (bfloat16 for "
+        "the 0.5B model, whose float32 references would not fit beside its gradient)",
+    )
     add("--power", action="store_true", help="size the main sample from the pilot, then stop")
     add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
     add("--report", action="store_true", help="regenerate the report from the results files")
@@ -1239,7 +1305,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--lane must be in [0, --lanes), got {args.lane} of {args.lanes}")
     record_plan(args.results)
     batches = PILOT_BATCHES if args.sample == "pilot" else main_batches(args.results, args.state)
-    lane = Lane(args.results, args.state, args.sample, batches, args.lane, args.lanes, args.device)
+    lane = Lane(
+        args.results,
+        args.state,
+        args.sample,
+        batches,
+        args.lane,
+        args.lanes,
+        args.device,
+        args.store_dtype,
+    )
     run_lane(lane)
     return 0
 

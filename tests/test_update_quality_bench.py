@@ -197,6 +197,13 @@ def test_streamed_cosines_and_beta_blend_equal_whole_vectors(tmp_path):
                 assert got["reward_cosines"][k] == pytest.approx(expected, rel=1e-6, abs=1e-9)
         # the reallocation is real: mrtpo's step is not gdpo's
         assert uq.batch_measures(measures[b], "mrtpo(1)", 3)["diff_norm"] > 1e-6
+        # References held in bfloat16 (the 0.5B model's lane): the same cosines to 1e-3.
+        lean = uq.measure_batch(trainer, record, b, totals, store_dtype="bfloat16")
+        for estimator in uq.ESTIMATORS:
+            full = uq.batch_measures(measures[b], estimator, len(records))
+            half = uq.batch_measures(lean, estimator, len(records))
+            assert half["cosine"] == pytest.approx(full["cosine"], abs=1e-3)
+            assert half["norm"] == pytest.approx(full["norm"], rel=1e-4)  # via bf16 gdpo
 
 
 def test_power_grows_with_the_sample_and_sizes_the_main_sample():
