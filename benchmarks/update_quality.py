@@ -108,7 +108,7 @@ TOKEN_VARIANTS: dict[str, dict[str, Any]] = {
     "shuffled": {"replay_information": "own", "shuffle_token_weights": True, "token_relevance": "replay"},
     "entropy": {"replay_information": "own", "shuffle_token_weights": False, "token_relevance": "entropy"},
 }  # fmt: skip
-RESPONSE_LEVEL = ("grpo", "gdpo")
+RESPONSE_LEVEL = ("gdpo", "grpo")  # gdpo first: the others' distance from it is taken
 # Every estimator of the report: (variant, beta); beta None for the response-level ones.
 ESTIMATORS: dict[str, tuple[str, float | None]] = {
     "grpo": ("grpo", None),
@@ -539,11 +539,16 @@ def difference(total: Any, part: Any, dtype: Any) -> Any:
     return out
 
 
+LOSS_SUMS_OVER_TOKENS = ("dapo", "cispo", "vespo")  # TRL's normalizer: the batch's tokens
+
+
 def batch_gradients(
     trainer: Any,
     inputs: Mapping[str, Any],
     coefficients: Mapping[str, Any],
     on_gradient: Any,
+    rows_per_forward: int | None = None,
+    recompute: bool = False,
 ) -> None:
     """For each entry of `coefficients`, the ascent direction (minus the loss gradient) of
     the batch, passed to `on_gradient(name, vector)` in order.
@@ -551,33 +556,92 @@ def batch_gradients(
     An estimator's entry is its advantages, Tensor[N] or Tensor[N, T]: the loss is TRL's
     `_compute_loss` on the whole batch (one optimizer step of the training shape: TRL's
     normalizer is the batch's tokens). A reference's entry is ("sequence", Tensor[N]): the
-    loss -sum_i a_i sum_t log p(y_i,t). One forward, reused by every loss
-    (`MeasuringTrainer`), one backward each.
-    """
-    import torch
+    loss -sum_i a_i sum_t log p(y_i,t).
 
-    model = trainer.model
+    The rows go through the model `rows_per_forward` at a time (whole groups: a multiple of
+    GROUP_SIZE; default all). Each forward serves every loss (`MeasuringTrainer`), one backward
+    each, the directions summed over the forwards (memory: one gradient per entry); with
+    `recompute`, each entry runs its own forwards instead (memory: one gradient; time: a
+    forward per entry and chunk).
+    """
+    if trainer.loss_type not in LOSS_SUMS_OVER_TOKENS:
+        raise ValueError(
+            f"loss_type {trainer.loss_type!r}: the measurement cuts a batch into chunks whose "
+            f"losses add up, as TRL's {', '.join(LOSS_SUMS_OVER_TOKENS)} losses do"
+        )
+    rows = inputs["completion_ids"].shape[0]
+    step = rows_per_forward or rows
+    if step % GROUP_SIZE:
+        raise ValueError(f"rows_per_forward must hold whole groups of {GROUP_SIZE}, got {step}")
     trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation
-    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    width = inputs["completion_ids"].shape[1]
-    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-        model, input_ids, attention_mask, width, compute_entropy=True
-    )
-    mask = inputs["completion_mask"].float()
-    trainer.reused = (logps, entropies)
+    chunks = [slice(start, start + step) for start in range(0, rows, step)]
+    model = trainer.model
     try:
-        for name, coefficient in coefficients.items():
-            model.zero_grad(set_to_none=True)
-            if isinstance(coefficient, tuple):  # a reference: sequence log-probabilities
-                loss = -(coefficient[1].to(logps.device).unsqueeze(1) * logps * mask).sum()
-            else:
-                loss = trainer._compute_loss(model, {**inputs, "advantages": coefficient})
-            loss.backward(retain_graph=True)
-            on_gradient(name, -flat_gradient(model))  # the ascent direction
+        if recompute:
+            for name, coefficient in coefficients.items():
+                model.zero_grad(set_to_none=True)
+                for chunk in chunks:  # run for its side effect: the summed `.grad`
+                    list(_chunk_losses(trainer, inputs, {name: coefficient}, chunk, True))
+                on_gradient(name, -flat_gradient(model))  # the ascent direction
+            return
+        sums: dict[str, Any] = {}
+        for index, chunk in enumerate(chunks):
+            for name, vector in _chunk_losses(trainer, inputs, coefficients, chunk):
+                if len(chunks) == 1:
+                    on_gradient(name, -vector)  # the ascent direction
+                elif index == 0:
+                    sums[name] = -vector
+                else:
+                    sums[name] -= vector
+        for name in list(sums):
+            on_gradient(name, sums.pop(name))
     finally:
         trainer.reused = None
         model.zero_grad(set_to_none=True)
+
+
+def _chunk_losses(
+    trainer: Any,
+    inputs: Mapping[str, Any],
+    coefficients: Mapping[str, Any],
+    rows: slice,
+    accumulate: bool = False,
+) -> Iterator[tuple[str, Any]]:
+    """One forward of `rows`, then each entry's loss on them and its backward: yields (name,
+    loss gradient); with `accumulate`, leaves the gradients summed in `.grad` and yields
+    nothing."""
+    import torch
+
+    model = trainer.model
+    chunk = {
+        key: (value[rows] if key != "num_items_in_batch" else value)
+        for key, value in inputs.items()
+    }
+    input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+    attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+    trainer.reused = None
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, input_ids.shape[1] - chunk["prompt_ids"].shape[1],
+        compute_entropy=True,
+    )  # fmt: skip
+    mask = chunk["completion_mask"].float()
+    trainer.reused = (logps, entropies)
+    names = list(coefficients)
+    for position, name in enumerate(names):
+        coefficient = coefficients[name]
+        if not accumulate:
+            model.zero_grad(set_to_none=True)
+        if isinstance(coefficient, tuple):  # a reference: sequence log-probabilities
+            a = coefficient[1][rows].to(logps.device)
+            loss = -(a.unsqueeze(1) * logps * mask).sum()
+        else:
+            loss = trainer._compute_loss(model, {**chunk, "advantages": coefficient[rows]})
+        loss.backward(retain_graph=position < len(names) - 1)
+        if not accumulate:
+            yield name, flat_gradient(model)
+    trainer.reused = None
+    if accumulate:
+        yield from ()
 
 
 def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
@@ -590,8 +654,11 @@ def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the passes
 
 
-def reference_pass(trainer: Any, record: Mapping[str, Any]) -> dict[str, Any]:
-    """The batch's own part of each per-reward reference: {"ref/<reward>": vector}."""
+def reference_pass(
+    trainer: Any, record: Mapping[str, Any], layout: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The batch's own part of each per-reward reference: {"ref/<reward>": vector}.
+    layout: `batch_gradients`' rows_per_forward and recompute."""
     inputs, scored = batch_inputs(trainer, record)
     parts: dict[str, Any] = {}
     batch_gradients(
@@ -599,6 +666,7 @@ def reference_pass(trainer: Any, record: Mapping[str, Any]) -> dict[str, Any]:
         inputs,
         reference_coefficients(scored, record["reward_names"]),
         lambda name, vector: parts.__setitem__(name, vector),
+        **(layout or {}),
     )
     return parts
 
@@ -609,6 +677,7 @@ def measure_batch(
     batch: int,
     totals: Mapping[str, Any],
     store_dtype: str = "float32",
+    layout: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every direction of one mini-batch against its leave-batch-out references.
 
@@ -649,7 +718,7 @@ def measure_batch(
         directions[name] = entry
 
     started = time.perf_counter()
-    batch_gradients(trainer, inputs, coefficients, take)
+    batch_gradients(trainer, inputs, coefficients, take, **(layout or {}))
     gram = [[dot(references[a], references[b]) for b in names] for a in names]
     return {
         "batch": batch,
@@ -686,6 +755,8 @@ class Lane:
     lanes: int = 1
     device: str = "cpu"
     store_dtype: str = "float32"
+    rows_per_forward: int | None = None  # `batch_gradients`' chunks (default: the whole batch)
+    recompute: bool = False
     model_path: str | None = None  # tests: a saved tiny model instead of the state's policy
     task_data: str | None = None
     waited: float = field(default=0.0)
@@ -693,6 +764,10 @@ class Lane:
     @property
     def folder(self) -> Path:
         return sample_dir(self.results, self.state_name, self.sample)
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        return {"rows_per_forward": self.rows_per_forward, "recompute": self.recompute}
 
     def mine(self) -> list[int]:
         return [b for b in range(self.batches) if b % self.lanes == self.lane]
@@ -758,7 +833,9 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         raise SystemExit(f"{lane.sample}: at most {limit} mini-batches of these prompts")
     record = _read_json(lane.folder / RUN_FILE) or {"lanes": {}}
     info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
-    info["sessions"].append({**_machine(lane), **engine(), "store_dtype": lane.store_dtype})
+    info["sessions"].append(
+        {**_machine(lane), **engine(), "store_dtype": lane.store_dtype, **lane.layout}
+    )
     info["batches"] = lane.batches
     _write_json(lane.folder / RUN_FILE, record)
 
@@ -786,7 +863,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         if batch in partial["batches"]:
             continue
         started = time.process_time()
-        parts = reference_pass(trainer, _read_json(sample_path(lane, batch)))
+        parts = reference_pass(trainer, _read_json(sample_path(lane, batch)), lane.layout)
         for name, vector in parts.items():
             partial["sums"][name] = partial["sums"].get(name, 0) + vector
         partial["batches"].append(batch)
@@ -800,7 +877,12 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
             continue
         started = time.process_time()
         measured = measure_batch(
-            trainer, _read_json(sample_path(lane, batch)), batch, totals, lane.store_dtype
+            trainer,
+            _read_json(sample_path(lane, batch)),
+            batch,
+            totals,
+            lane.store_dtype,
+            lane.layout,
         )
         _write_json(measure_path(lane, batch), measured)
         spend("measure", started)
@@ -1283,6 +1365,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="dtype the references are held in while the gradients stream past (bfloat16 for "
         "the 0.5B model, whose float32 references would not fit beside its gradient)",
     )
+    add(
+        "--rows_per_forward",
+        type=int,
+        help="rows per forward pass, whole groups (default: the whole mini-batch; smaller "
+        "bounds the activations' memory)",
+    )
+    add(
+        "--recompute",
+        action="store_true",
+        help="one forward per direction and chunk (memory of one gradient, not one per direction)",
+    )
     add("--power", action="store_true", help="size the main sample from the pilot, then stop")
     add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
     add("--report", action="store_true", help="regenerate the report from the results files")
@@ -1314,6 +1407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.lanes,
         args.device,
         args.store_dtype,
+        args.rows_per_forward,
+        args.recompute,
     )
     run_lane(lane)
     return 0

@@ -145,6 +145,13 @@ def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator):
     uq.batch_gradients(trainer, inputs, {estimator: measured[estimator]}, vectors.__setitem__)
     assert capture.grads.abs().max() > 1e-5
     torch.testing.assert_close(vectors[estimator], -capture.grads, rtol=1e-4, atol=1e-7)
+    # The same gradient a group per forward, and with one forward per direction.
+    for layout in ({"rows_per_forward": 4}, {"rows_per_forward": 8, "recompute": True}):
+        chunked = {}
+        uq.batch_gradients(
+            trainer, inputs, {estimator: measured[estimator]}, chunked.__setitem__, **layout
+        )
+        torch.testing.assert_close(chunked[estimator], vectors[estimator], rtol=1e-4, atol=1e-7)
 
 
 def test_streamed_cosines_and_beta_blend_equal_whole_vectors(tmp_path):
