@@ -8,8 +8,9 @@ data order (same seed), batch, completion length, learning rate and steps; only 
 
 Each run (method x seed) writes into `benchmarks/results/convergence/tool_calling/<method>/seed<k>/`:
 `metrics.jsonl` (one line per step, as `mrtpo train` logs it), `final_eval.json` (the final
-policy on the bundled test split, sampled, and on BFCL v4 simple_python, greedy) and `run.json`
-(settings, wall time, resumptions); TRL's checkpoints go into its `checkpoints/` subfolder,
+policy on the bundled test split, sampled with the run's own seed, 1000 + its training seed,
+and on BFCL v4 simple_python, greedy) and `run.json` (settings, wall time, resumptions, the
+evaluation seed); TRL's checkpoints go into its `checkpoints/` subfolder,
 which git ignores. Rerunning skips finished runs and resumes an unfinished one from its last
 checkpoint (saved every `--save_steps` steps). Runs go `--jobs` at a time, each in its own
 process with `--threads` torch threads; a second grid process started beside the first takes
@@ -478,18 +479,34 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
         record["trained"] = True
         _write_json(folder / RUN_FILE, record)
     if evaluate:
-        timed_evaluation(args, checkpoints, folder, record)
+        timed_evaluation(args, checkpoints, folder, record, evaluation_seed(seed))
     return folder
 
 
+# The cold start's evaluation draws its samples with seed 0, as it always has; a run's draw
+# is its own, from its training seed (`evaluation_seed`), never the cold start's. With one
+# seed for every run, the runs' test evaluations shared one sampling draw, and the spread
+# over seeds understated the evaluation's noise.
+COLD_START_EVAL_SEED = 0
+EVAL_SEED_OFFSET = 1000
+
+
+def evaluation_seed(training_seed: int) -> int:
+    """The seed of a run's final evaluation sampling: `EVAL_SEED_OFFSET` + its training seed
+    (runs of two methods with the same training seed share it, as they share data order)."""
+    return EVAL_SEED_OFFSET + training_seed
+
+
 def timed_evaluation(
-    args: argparse.Namespace, model: Path, folder: Path, record: dict[str, Any]
+    args: argparse.Namespace, model: Path, folder: Path, record: dict[str, Any], seed: int
 ) -> None:
-    """Evaluate `model` as the study evaluates every policy: `record` gains the machine and the
-    wall and CPU seconds and goes to `folder`'s run.json, the result to its final_eval.json."""
+    """Evaluate `model` as the study evaluates every policy, its test samples drawn with
+    `seed`: `record` gains the seed, the machine and the wall and CPU seconds and goes to
+    `folder`'s run.json, the result to its final_eval.json."""
+    record["eval_seed"] = seed
     record["eval_session"] = machine(args)
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = evaluate_policy(args, model)
+    result = evaluate_policy(args, model, seed)
     record["eval_seconds"] = time.perf_counter() - started
     record["eval_cpu_seconds"] = time.process_time() - cpu_started
     _write_json(folder / RUN_FILE, record)
@@ -506,7 +523,8 @@ def evaluate_cold_start(args: argparse.Namespace) -> Path:
     folder = cold_start_eval_dir(args)
     if (folder / EVAL_FILE).is_file():
         return folder
-    timed_evaluation(args, cold_start_dir(args), folder, {"evaluated": str(cold_start_dir(args))})
+    record = {"evaluated": str(cold_start_dir(args))}
+    timed_evaluation(args, cold_start_dir(args), folder, record, COLD_START_EVAL_SEED)
     return folder
 
 
@@ -538,9 +556,10 @@ def score_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def evaluate_policy(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+def evaluate_policy(args: argparse.Namespace, model_dir: Path, seed: int) -> dict[str, Any]:
     """The final policy on the study's test rows (`--eval_samples` samples each at
-    `--eval_temperature`) and on BFCL v4 simple_python's first `--bfcl_examples` ids (greedy)."""
+    `--eval_temperature`, drawn with `seed`) and on BFCL v4 simple_python's first
+    `--bfcl_examples` ids (greedy)."""
     from mrtpo import tasks
     from mrtpo.evaluation import evaluate
     from mrtpo.models import load_model
@@ -562,7 +581,7 @@ def evaluate_policy(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]
         length,
         temperature=args.eval_temperature,
         num_samples=args.eval_samples,
-        seed=0,
+        seed=seed,
     )
     result: dict[str, Any] = {
         "test": {

@@ -421,6 +421,55 @@ def secondary_table(data: Mapping[str, Any], cold_start: Mapping[str, Any] | Non
     return "\n".join(lines) + "\n"
 
 
+def evaluation_draw_note(runs: Mapping[str, Mapping[int, Any]]) -> str:
+    """What the test-row evaluations' seeds allow: a run.json without `eval_seed` was sampled
+    with seed 0, as `benchmarks/convergence.py` sampled every evaluation before each run got
+    its own seed. With one seed for all, a limitation and, per method, test correctness's
+    between-seed SD beside a run's own sampling SE."""
+    evaluated = [run for seeds in runs.values() for run in seeds.values() if run["eval"]]
+    seeds = {
+        (run["run"] or {}).get("eval_seed", convergence.COLD_START_EVAL_SEED) for run in evaluated
+    }
+    if len(evaluated) < 2 or len(seeds) > 1:
+        return (
+            "Each run's test rows were sampled with its own seed (1000 + its training seed, in "
+            "its run.json).\n"
+        )
+    lines = [
+        "| method | between-seed SD of test correctness | a run's sampling SE: mean (range) |",
+        "|---|---:|---:|",
+    ]
+    below = []
+    for method, method_runs in runs.items():
+        tests = [run["eval"]["test"]["correctness"] for run in method_runs.values() if run["eval"]]
+        if len(tests) < 2:
+            continue
+        spread = float(np.std([test["mean"] for test in tests], ddof=1))
+        errors = [test["se"] for test in tests]
+        if spread < np.mean(errors):
+            below.append(f"`{method}`")
+        lines.append(
+            f"| {method} | {spread:.3f} | {np.mean(errors):.3f} "
+            f"({min(errors):.3f}-{max(errors):.3f}) |"
+        )
+    table = "\n".join(lines)
+    here = f"here it is below it for {', '.join(below) or 'no method'}"
+    return f"""**Limitation: one sampling draw for every run's test rows.** Every run's final policy
+was sampled on the test rows with seed {seeds.pop()} (`benchmarks/convergence.py` then used one
+seed for every evaluation; a run now draws with 1000 + its training seed, recorded in its
+run.json). Runs of similar policies then draw alike, so the seeds' evaluations are not
+independent replicates of the evaluation's sampling noise. With independent draws, the
+between-seed SD of test correctness would be expected at least as large as one run's sampling
+SE (the training's own spread adds to it); {here}:
+
+{table}
+
+The secondary intervals on the test rows (format rate, correctness, exact calls) are therefore
+too narrow: they leave part of the sampling noise out. BFCL simple_python is greedy and draws
+nothing, and the primary endpoints, the training rewards, are not affected.
+"""
+
+
 EXPLORATORY_CONTRASTS = (("mrtpo_placebo", "gdpo"), ("mrtpo_shuffled", "gdpo"))
 
 
@@ -653,6 +702,7 @@ Median over seeds, band: inter-quartile range; dotted: the cold start on the tes
 ### Secondary
 
 {secondary_table(data, cold_start)}
+{evaluation_draw_note(runs)}
 ### Exploratory: the controls against GDPO (not pre-registered)
 
 Not part of the plan and not tested for the headline; shown so that a difference between MRTPO

@@ -216,6 +216,56 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     assert [(r["step"], r.get("loss")) for r in retrained] == [(r["step"], r.get("loss")) for r in records]  # fmt: skip
 
 
+def test_each_run_draws_its_own_evaluation_samples_and_the_cold_start_keeps_seed_0(
+    tmp_path, tiny_model_dir, monkeypatch, one_torch_thread
+):
+    """Three "trained" runs (each the tiny model) and the cold start evaluated as the study
+    does: a run's test samples are drawn with 1000 + its training seed, recorded in its
+    run.json, so seeds 0 and 1 draw different samples from one policy; the cold start keeps
+    seed 0, the seed every evaluation used before."""
+    import mrtpo.evaluation
+
+    args = convergence.parse_args(
+        study_args(
+            tmp_path,
+            *("--cold_start", str(tiny_model_dir), "--methods", "gdpo", "mrtpo"),
+            *("--seeds", "0", "1", "--max_completion_length", "8"),
+            *("--max_reference_tokens", "100000", "--eval_samples", "2", "--eval_rows", "2"),
+            *("--bfcl_examples", "0", "--eval_batch", "4"),
+        )
+    )
+    convergence.write_study_data(args, transformers.AutoTokenizer.from_pretrained(tiny_model_dir))
+    runs = [("gdpo", 0), ("gdpo", 1), ("mrtpo", 0)]
+    for method, seed in runs:
+        folder = convergence.run_dir(args, method, seed)
+        shutil.copytree(tiny_model_dir, folder / "checkpoints")  # the trained model
+        convergence._write_json(folder / "run.json", {"method": method, "seed": seed, "trained": True})  # fmt: skip
+    drawn = []
+    generate = mrtpo.evaluation.generate
+
+    def recorded(*arguments, **keywords):
+        completions = generate(*arguments, **keywords)
+        drawn.append((keywords["seed"], completions))
+        return completions
+
+    monkeypatch.setattr(mrtpo.evaluation, "generate", recorded)
+    for method, seed in runs:
+        convergence.train_run(args, method, seed)
+    start = convergence.evaluate_cold_start(args)
+
+    assert [seed for seed, _ in drawn] == [1000, 1001, 1000, 0]
+    samples = [completions for _, completions in drawn]
+    assert samples[0] != samples[1]  # seeds 0 and 1: two draws from the same policy
+    assert samples[0] == samples[2]  # one training seed: one draw, whatever the method
+    assert samples[3] != samples[0]  # the cold start's draw is none of the runs'
+    recorded_seeds = [
+        json.loads((convergence.run_dir(args, m, s) / "run.json").read_text())["eval_seed"]
+        for m, s in runs
+    ]
+    assert recorded_seeds == [1000, 1001, 1000]
+    assert json.loads((start / "run.json").read_text())["eval_seed"] == 0
+
+
 # ----------------------------------------------------------------------------- the report
 
 

@@ -180,7 +180,7 @@ def write_study(root: Path, runs: dict, cold_start: dict | None, power: dict) ->
             folder.mkdir(parents=True)
             lines = [json.dumps({**r, "step_time": 10.0}) for r in run["records"]]
             (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-            evaluation = {part: {metric: {"mean": 0.5} for metric in ("format", "correctness", "exact")} for part in ("test", "bfcl_simple_python")}  # fmt: skip
+            evaluation = {part: {metric: {"mean": 0.5, "se": 0.02} for metric in ("format", "correctness", "exact")} for part in ("test", "bfcl_simple_python")}  # fmt: skip
             (folder / "final_eval.json").write_text(json.dumps(evaluation))
     if cold_start is not None:
         convergence._write_json(task / "cold_start" / "final_eval.json", cold_start)
@@ -240,9 +240,42 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     assert "| test format rate | 0.200 |" in text  # the cold start beside the methods
     assert "| steps to 0.8 (21: not reached) | – |" in text  # the cold start never trained
     assert "### Exploratory: the controls against GDPO (not pre-registered)" in text
+    # Every run sampled its test rows with one seed: a limitation, after the secondary table.
+    limitation = text.index("**Limitation: one sampling draw for every run's test rows.**")
+    assert text.index("### Secondary") < limitation < text.index("### Exploratory")
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert (tmp_path / "diagnostics.png").stat().st_size > 0
     assert powered.write_report(tmp_path).read_text() == text
+
+
+def test_one_evaluation_seed_for_every_run_is_reported_as_a_limitation():
+    """Runs evaluated with one seed (no `eval_seed` in run.json: seed 0, as every run of the
+    study was): the note says the test-row intervals are too narrow, with each method's
+    between-seed SD of test correctness beside its runs' sampling SE."""
+
+    def run(correctness, se, eval_seed=None):
+        record = {} if eval_seed is None else {"eval_seed": eval_seed}
+        return {"eval": {"test": {"correctness": {"mean": correctness, "se": se}}}, "run": record}
+
+    runs = {
+        "gdpo": {0: run(0.40, 0.018), 1: run(0.42, 0.020), 2: run(0.44, 0.019)},
+        "mrtpo": {0: run(0.30, 0.019), 1: run(0.40, 0.019), 2: {"eval": None, "run": None}},
+    }
+    note = powered.evaluation_draw_note(runs)
+    assert "**Limitation: one sampling draw for every run's test rows.**" in note
+    assert "with seed 0 (" in note
+    assert "| gdpo | 0.020 | 0.019 (0.018-0.020) |" in note  # SD of 0.40, 0.42, 0.44
+    assert "| mrtpo | 0.071 | 0.019 (0.019-0.019) |" in note  # two evaluated runs
+    assert "here it is below it for no method" in note
+    runs["gdpo"][2] = run(0.42, 0.019)  # 0.40, 0.42, 0.42: SD 0.012
+    assert "below it for `gdpo`:" in powered.evaluation_draw_note(runs)
+    assert "the primary endpoints, the training rewards, are not affected" in " ".join(note.split())
+
+    for seed, each in enumerate([*runs["gdpo"].values(), *runs["mrtpo"].values()]):
+        if each["eval"]:
+            each["run"] = {"eval_seed": 1000 + seed}
+    note = powered.evaluation_draw_note(runs)
+    assert "Limitation" not in note and "sampled with its own seed" in note
 
 
 def test_the_machines_table_shows_each_start_of_training():
