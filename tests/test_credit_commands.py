@@ -76,7 +76,8 @@ def test_explain_response_advantages_are_the_groups(tiny, beta):
 def test_explain_cli_writes_its_files(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "explain"
     argv = ["explain", "--task", "instructions", "--model_name_or_path", str(tiny_model_dir)]
-    argv += ["--example", "2", "--max_new_tokens", "8", "--num-samples", "2", "--out", str(out)]
+    argv += ["--example", "2", "--max_new_tokens", "8", "--num-samples", "2"]
+    argv += ["--output_dir", str(out)]
     assert cli.main(argv) == 0
     page = (out / "credit.html").read_text(encoding="utf-8")
     assert (out / "credit.png").read_bytes()[:8] == PNG
@@ -97,7 +98,7 @@ def test_explain_cli_takes_a_prompt_and_a_response_file(tiny_model_dir, tmp_path
     out = tmp_path / "explain"
     argv = ["explain", "--task", "instructions", "--model_name_or_path", str(tiny_model_dir)]
     argv += ["--prompt-file", str(prompt), "--response-file", str(response), "--num-samples", "0"]
-    argv += ["--example", "0", "--out", str(out)]
+    argv += ["--example", "0", "--out", str(out)]  # the first spelling, still an alias
     assert cli.main(argv) == 0
     page = (out / "credit.html").read_text(encoding="utf-8")
     rows = page.count('<tr class="row reward">')
@@ -113,7 +114,7 @@ def test_explain_cli_takes_a_prompt_and_a_response_file(tiny_model_dir, tmp_path
 def test_analyze_cli_writes_its_files(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "analyze"
     argv = ["analyze", "--task", "instructions", "--model_name_or_path", str(tiny_model_dir)]
-    argv += ["--n", "3", "--max_new_tokens", "8", "--out", str(out)]
+    argv += ["--n", "3", "--max_new_tokens", "8", "--output_dir", str(out)]
     assert cli.main(argv) == 0
     table = json.loads((out / "localization.json").read_text())
     assert table["responses"] == 3 and table["command"].startswith("mrtpo analyze --task")

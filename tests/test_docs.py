@@ -189,26 +189,46 @@ def _written_mrtpo_commands(text: str) -> list[tuple[str, list[str]]]:
     return found
 
 
+# Spellings a parser still accepts for an option that every command spells another way.
+_OLD_SPELLINGS = {"--out": "--output_dir"}
+
+
+def test_every_command_spells_its_output_folder_output_dir():
+    """One spelling for one thing: every command takes `--output_dir` (and `--output-dir`);
+    `mrtpo explain` and `mrtpo analyze` keep their first spelling, `--out`, as an alias of it."""
+    for name in COMMANDS:
+        actions = {
+            option: action
+            for action in docs_site.command_parser(name)._actions
+            for option in action.option_strings
+        }
+        assert {"--output_dir", "--output-dir"} <= set(actions), name
+        assert actions["--output_dir"] is actions["--output-dir"]
+        if name in ("explain", "analyze"):
+            assert actions["--out"] is actions["--output_dir"]
+            parsed = docs_site.command_parser(name).parse_args(["--task", "sql", "--out", "x"])
+            assert parsed.output_dir == "x"
+
+
 def test_written_commands_parse_the_way_they_are_written():
     """A command copied from the README, the docs, a recipe's comment, a benchmark script or a
-    docstring only passes options its parser has."""
+    docstring only passes options its parser has, each in the spelling every command uses."""
     options = {
         name: {o for a in docs_site.command_parser(name)._actions for o in a.option_strings}
         for name in COMMANDS
     }
     for name in _RECIPE_COMMANDS:
         options[name].add("--config")
-    unknown, seen = [], 0
+    unknown, old, seen = [], [], 0
     for path in _WRITTEN_COMMANDS:
         for name, flags in _written_mrtpo_commands(path.read_text()):
             seen += 1
-            unknown += [
-                f"{path.relative_to(ROOT)}: mrtpo {name} {flag}"
-                for flag in flags
-                if flag not in options[name]
-            ]
+            where = f"{path.relative_to(ROOT)}: mrtpo {name}"
+            unknown += [f"{where} {flag}" for flag in flags if flag not in options[name]]
+            old += [f"{where} {f} ({_OLD_SPELLINGS[f]})" for f in flags if f in _OLD_SPELLINGS]
     assert seen > 50  # the scan finds the commands (README, docs, recipes, embedded_models.sh)
     assert not unknown, "options the command does not have:\n" + "\n".join(unknown)
+    assert not old, "an old spelling, where every command spells it otherwise:\n" + "\n".join(old)
 
 
 def test_written_command_scan_catches_a_wrong_option():

@@ -1,10 +1,10 @@
 """`mrtpo analyze`: where the replay distance falls, over the responses of a split.
 
-    mrtpo analyze --task T [--model_name_or_path M] [--n 200] [--split test] [--out DIR]
+    mrtpo analyze --task T [--model_name_or_path M] [--n 200] [--split test] [--output_dir DIR]
         [--max_new_tokens N]
 
 Generates the greedy response to each of the first n rows of the split (all rows if the split
-is smaller), verifies it, replays it (leave-one-out by default) and writes into `--out`:
+is smaller), verifies it, replays it (leave-one-out by default) and writes into `--output_dir`:
 - `localization.md` / `.json`: the paper's Table 4 (see `mrtpo.credit.analysis`);
 - `concentration.md` / `.json` / `.png`: the paper's Figure 6;
 - `maps.html`: the first `--maps` responses' credit maps, shaded by replay distance;
@@ -46,8 +46,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a score >= this counts as satisfied",
     )
     parser.add_argument("--maps", type=int, default=5, help="credit maps written to maps.html")
+    # --output_dir, as every other command spells it; --out, this command's first spelling.
     parser.add_argument(
-        "--out", default=None, help="output folder (default outputs/analyze-<task>)"
+        "--output_dir",
+        "--output-dir",
+        "--out",
+        dest="output_dir",
+        default=None,
+        help="output folder (default outputs/analyze-<task>)",
     )
     args = parser.parse_args(argv)
     for name in ("n", "max_new_tokens", "batch_size"):
@@ -65,7 +71,7 @@ def main(argv: list[str]) -> int:
     run_analyze(
         args.task,
         args.model_name_or_path,
-        args.out,
+        args.output_dir,
         n=args.n,
         split=args.split,
         data=args.data,

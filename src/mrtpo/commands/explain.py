@@ -1,7 +1,7 @@
 """`mrtpo explain`: the credit map of one response, where each reward's advantage lands.
 
     mrtpo explain --task T [--model_name_or_path M] [--example N | --prompt-file P
-        --response-file R] [--split test] [--beta 0.5] [--num-samples 4] [--out DIR]
+        --response-file R] [--split test] [--beta 0.5] [--num-samples 4] [--output_dir DIR]
 
 The response is the model's greedy answer to row N of the split, or the text of
 `--response-file` (tokenized once, plus the eos token, then never re-tokenized). The prompt is
@@ -18,7 +18,7 @@ and the map shows replay distances instead of advantages. Rewards that do not ap
 (score None) are left off the map.
 
 Writes `credit.html`, `credit.png` and `group.json` (the group's responses and scores) into
-`--out`, prints the map on the terminal and the command that opens the page
+`--output_dir`, prints the map on the terminal and the command that opens the page
 (`mrtpo.explaining.run_explain`).
 """
 
@@ -52,8 +52,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--mode", default="leave_one_out", help="replay mode: leave_one_out or add_one"
     )
+    # --output_dir, as every other command spells it; --out, this command's first spelling.
     parser.add_argument(
-        "--out", default=None, help="output folder (default outputs/explain-<task>)"
+        "--output_dir",
+        "--output-dir",
+        "--out",
+        dest="output_dir",
+        default=None,
+        help="output folder (default outputs/explain-<task>)",
     )
     args = parser.parse_args(argv)
     if args.num_samples < 0:
@@ -72,7 +78,7 @@ def main(argv: list[str]) -> int:
     run_explain(
         args.task,
         args.model_name_or_path,
-        args.out,
+        args.output_dir,
         split=args.split,
         example=args.example,
         data=args.data,
