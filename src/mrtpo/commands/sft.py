@@ -33,7 +33,8 @@ class SFTArguments(TaskArguments):
         metadata={
             "help": "Embedding rows the model never trained that the references use (e.g. "
             "Qwen2.5-Coder-0.5B's <tool_call>): 'fit' the output row to the references, 'mean' "
-            "(the mean row), or 'keep' them and only warn.",
+            "(each row from the mean of the rows of the pieces its text splits into), or 'keep' them "
+            "and only warn.",
             "choices": UNTRAINED_TOKEN_CHOICES,
         },
     )
