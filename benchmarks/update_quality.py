@@ -889,23 +889,31 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
 
 
 def wait_for_totals(lane: Lane, poll_seconds: float) -> dict[str, Any]:
-    """The sum over all lanes' reference parts, once every mini-batch is in one."""
+    """The sum over all lanes' reference parts, once every mini-batch is in one: summed once
+    into `reference-total.pt` (each lane writes the same sum, atomically) and memory-mapped,
+    so the lanes share its pages instead of each holding a copy."""
     import torch
 
+    total_path = lane.folder / CHECKPOINTS / "reference-total.pt"
     while True:
         partials = [reference_path(lane, i) for i in range(lane.lanes)]
         if all(p.is_file() for p in partials):
-            # Memory-mapped: the sums stay in the page cache, not in this process's memory.
             loaded = [torch.load(p, mmap=True) for p in partials]
             done = sorted(b for part in loaded for b in part["batches"])
             if done == list(range(lane.batches)):
                 if len(loaded) == 1:
                     return loaded[0]["sums"]
-                totals: dict[str, Any] = {}
-                for part in loaded:
-                    for name, vector in part["sums"].items():
-                        totals[name] = totals.get(name, 0) + vector
-                return totals
+                if not total_path.is_file():
+                    totals: dict[str, Any] = {}
+                    for part in loaded:
+                        for name, vector in part["sums"].items():
+                            totals[name] = totals.get(name, 0) + vector
+                    temporary = total_path.with_name(f"{total_path.name}.{lane.lane}.tmp")
+                    torch.save(totals, temporary)
+                    del totals
+                    os.replace(temporary, total_path)
+                del loaded
+                return torch.load(total_path, mmap=True)
         time.sleep(poll_seconds)
         lane.waited += poll_seconds
 

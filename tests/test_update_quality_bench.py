@@ -290,3 +290,18 @@ def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
     assert smol["gdpo"]["significant"] and smol["gdpo"]["test"]["mean"] > 0
     assert "the verifier's own information makes the step point further uphill" in text
     assert "**qwen_sql**: no effect on the step's direction detected" in text
+
+
+def test_lanes_share_one_summed_reference(tmp_path):
+    lanes = [uq.Lane(tmp_path, "smollm2_tool_calling", "pilot", 3, i, 2) for i in range(2)]
+    parts = {0: {"batches": [0, 2], "sums": {"ref/a": torch.tensor([1.0, 2.0])}},
+             1: {"batches": [1], "sums": {"ref/a": torch.tensor([0.5, -4.0])}}}  # fmt: skip
+    for i, part in parts.items():
+        path = uq.reference_path(lanes[0], i)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(part, path)
+    totals = uq.wait_for_totals(lanes[1], poll_seconds=0.01)
+    torch.testing.assert_close(totals["ref/a"], torch.tensor([1.5, -2.0]))
+    assert (lanes[0].folder / uq.CHECKPOINTS / "reference-total.pt").is_file()
+    again = uq.wait_for_totals(lanes[0], poll_seconds=0.01)  # the other lane reads the file
+    torch.testing.assert_close(again["ref/a"], torch.tensor([1.5, -2.0]))
