@@ -21,15 +21,13 @@ This subclass changes three things:
    Each micro-batch trains at the beta of its own optimizer step, whatever the alignment of
    generations and steps, and every prompt is checked for the replay before generation, on
    every process at once.
-3. Logging. Beta, replay time and share of the step, the shares of rows and of contexts
-   replayed, the share of rows the bounded normalization changed, each reward's replay
-   distance over the pairs where it was replayed (mean and top-10% share), the reallocation
-   ratio (what MRTPO moves over GDPO's part, `mrtpo/reallocation_ratio`) and, under SAW, each
-   reward's weight and the weighted reward trained on go through TRL's `self._metrics`; TRL's
-   completions table gets the advantages trained on; a
-   callback writes `metrics.jsonl` and `curves.png` (`mrtpo.logging_callbacks`); every
-   `credit_map_steps` steps the credit maps of a few rows go to
-   `mrtpo.credit.write_training_maps`.
+3. Logging (`mrtpo.trainer_metrics`). Beta, the replay's time and reach, each reward's replay
+   distances, the reallocation ratio and, under SAW, each reward's weight and the weighted
+   reward go through TRL's `self._metrics`; TRL's completions table gets the advantages trained
+   on; every `credit_map_steps` steps the credit maps of a few rows go to
+   `mrtpo.credit.write_training_maps` (`mrtpo.trainer_credit`).
+
+With `share_prompt`, each group's prompt runs once (`mrtpo.trainer_shared_prompt`).
 
 Several processes: TRL gathers the rewards of the whole generation batch on every process. The
 group statistics (Ã_k per group), the batch statistics of S and SAW's weights are computed from
@@ -39,33 +37,27 @@ advantages equal the rows a single process would compute for the whole batch.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 from trl import GRPOTrainer
-from trl.trainer import grpo_trainer as trl_grpo
 
 from mrtpo import advantages, shared_prompt
 from mrtpo.config import ESTIMATORS, REPLAY_INFORMATION, REPLAY_MODES, WEIGHTINGS, MRTPOConfig
-from mrtpo.credit import CreditMap, write_training_maps
-from mrtpo.credit.replay import last_user_message
+from mrtpo.credit import write_training_maps
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
 from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
-from mrtpo.verifiers import Verdict, Verifier, completion_text
-
-logger = logging.getLogger(__name__)
+from mrtpo.trainer_credit import CreditMapsMixin
+from mrtpo.trainer_metrics import MetricsMixin
+from mrtpo.trainer_metrics import _top_share_sums as _top_share_sums  # tests import it from here
+from mrtpo.trainer_shared_prompt import SharedPromptMixin
+from mrtpo.verifiers import Verdict, Verifier
 
 EPS = 1e-4  # TRL's epsilon in both standard deviations
-TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
-CREDIT_ROWS_PER_END = 1  # credit maps: this many lowest- and this many highest-reward rows
 # Keys of a generation batch that serves several optimizer steps (see `_prepare_inputs`): its
 # advantages' slope in beta (B, T), and the beta they were computed at (a 0-dim tensor, which
 # TRL's shuffle and split leave whole).
@@ -95,7 +87,7 @@ class _VerdictKeeper:
         return [verdict.score for verdict in self.verdicts]
 
 
-class MRTPOTrainer(GRPOTrainer):
+class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer):
     """TRL's `GRPOTrainer` with GRPO, GDPO or MRTPO advantages (see the module docstring).
 
     Construct it exactly like `GRPOTrainer`, with `args=MRTPOConfig(...)` and the task's
@@ -147,6 +139,9 @@ class MRTPOTrainer(GRPOTrainer):
     # Methods in the order TRL calls them in a training step: `_prepare_inputs` (every
     # micro-batch) -> `_generate_and_score_completions` (every new generation batch) ->
     # `_calculate_rewards`; then, inside `_compute_loss`, the sign-based loss options; then `log`.
+    # The shared-prompt hooks, the metrics (`log` among them) and the credit maps come from
+    # mixins, one module each: `mrtpo.trainer_shared_prompt`, `mrtpo.trainer_metrics`,
+    # `mrtpo.trainer_credit`.
 
     # ------------------------------------------------------------------ micro-batches
 
@@ -178,30 +173,6 @@ class MRTPOTrainer(GRPOTrainer):
             inputs = shared_prompt.trim_padding(inputs)
         return inputs
 
-    @contextlib.contextmanager
-    def _shuffling_whole_groups(self) -> Iterator[None]:
-        """TRL's shuffle of a generation batch's rows into micro-batches, by whole groups.
-
-        With `share_prompt`, a micro-batch should hold whole groups, so that each prompt runs
-        once for all its completions. TRL shuffles rows (`shuffle_sequence_dict`, looked up in
-        its module when `_prepare_inputs` runs); here it permutes runs of rows that share a
-        prompt instead: groups of `num_generations`, or, when a process holds part of a group,
-        the largest runs that divide both. The same rows reach the optimizer step in another
-        order: nothing changes in expectation (and nothing at all when one generation batch is
-        one optimizer step and the loss sums over it, TRL's default).
-        """
-        if not (self._shares_prompt and self.model.training):
-            yield
-            return
-        local_rows = self.args.per_device_train_batch_size * self.args.steps_per_generation
-        unit = math.gcd(self.num_generations, local_rows)
-        original = trl_grpo.shuffle_sequence_dict
-        trl_grpo.shuffle_sequence_dict = lambda batch: shared_prompt.shuffle_groups(batch, unit)
-        try:
-            yield
-        finally:
-            trl_grpo.shuffle_sequence_dict = original
-
     # ------------------------------------------------------------------ generation batches
 
     def _generate_and_score_completions(self, inputs):
@@ -217,7 +188,7 @@ class MRTPOTrainer(GRPOTrainer):
         )
         response = batch_response[scored.local]
         output["advantages"] = response.to(output["advantages"].device)
-        self._log_trained_rewards(scored, reward_weights, batch_response, group_size)
+        self._log_trained_rewards(scored, reward_weights, batch_response, group_size, EPS)
         if not training:  # evaluation's loss needs no per-token credit: no replay
             return output
 
@@ -233,7 +204,7 @@ class MRTPOTrainer(GRPOTrainer):
             if step.token.slope is not None:  # see `_prepare_inputs`
                 output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
                 output[GENERATION_BETA] = torch.tensor(step.token.beta)
-            self._log_replay(scored, step, group_size)
+            self._log_replay(scored, step, group_size, EPS)
         if self._credit_maps_due():
             self._write_credit_maps(scored, step, width)
         return output
@@ -293,87 +264,6 @@ class MRTPOTrainer(GRPOTrainer):
             local=slice(start, start + len(prompts)),
         )
         return rewards_per_func
-
-    # ------------------------------------------------------------------ log-probabilities
-
-    def _install_shared_prompt(self) -> bool:
-        """Switch the policy (and the reference model) to the shared-prompt attention and the
-        generation to one prefill per prompt; False, with the reason logged, where shared
-        prompts cannot serve the model (the per-row path then runs, as TRL's). Both models are
-        checked before either is switched: the reference model may be loaded otherwise."""
-        for role, model in (("policy", self.model), ("reference model", self.ref_model)):
-            try:
-                if model is not None:
-                    shared_prompt.check_supported(model)
-            except ValueError as reason:
-                logger.warning(
-                    "share_prompt: falling back to TRL's per-row path (%s): %s", role, reason
-                )
-                return False
-        shared_prompt.install_shared_prompt_attention(self.model)
-        if self.ref_model is not None:
-            shared_prompt.install_shared_prompt_attention(self.ref_model)
-        if not (self.use_vllm or self.use_transformers_continuous_batching):
-            shared_prompt.install_shared_prefill(self.model)  # vLLM caches prefixes itself
-        return True
-
-    def _get_per_token_logps_and_entropies(
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,
-        compute_aux_loss=False,
-        **multimodal,
-    ):
-        """TRL's per-token log-probs (B, C) of the completions (entropies when asked), with
-        each group's prompt run once (`mrtpo.shared_prompt`): the loss's forward and backward,
-        the old-policy and the reference log-probs. Equal to TRL's per-row numbers (tested to
-        1e-5 in fp32, parameter gradients to 1e-4); TRL's own path where the rows share no
-        prompt, for multimodal inputs and for MoE auxiliary losses."""
-        has_multimodal = any(value is not None for value in multimodal.values())
-        if not self._shares_prompt or compute_aux_loss or has_multimodal:
-            return super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=batch_size,
-                compute_entropy=compute_entropy,
-                compute_aux_loss=compute_aux_loss,
-                **multimodal,
-            )
-        batch_size = batch_size or input_ids.size(0)  # TRL's chunks, to bound memory alike
-        logps, entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            rows = slice(start, start + batch_size)
-            with self.accelerator.autocast():
-                result = shared_prompt.shared_prompt_logps(
-                    model,
-                    input_ids[rows, :-logits_to_keep],
-                    attention_mask[rows, :-logits_to_keep],
-                    input_ids[rows, -logits_to_keep:],
-                    attention_mask[rows, -logits_to_keep:],
-                    compute_entropy=compute_entropy,
-                )
-            if result.fallback is not None:  # e.g. one row per prompt in this chunk
-                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
-                    model,
-                    input_ids[rows],
-                    attention_mask[rows],
-                    logits_to_keep,
-                    compute_entropy=compute_entropy,
-                )
-                result = shared_prompt.SharedPromptLogps(chunk_logps, chunk_entropies)
-            logps.append(result.logps)
-            entropies.append(result.entropies)
-        return (
-            torch.cat(logps, dim=0),
-            torch.cat(entropies, dim=0) if compute_entropy else None,
-            None,
-        )
 
     # ------------------------------------------------------------------ advantages
 
@@ -729,182 +619,13 @@ class MRTPOTrainer(GRPOTrainer):
             **gamma,
         )
 
-    # ------------------------------------------------------------------ metrics
-
-    def _log_trained_rewards(
-        self,
-        scored: ScoredBatch,
-        reward_weights: torch.Tensor,
-        batch_response: torch.Tensor,
-        group_size: int,
-    ) -> None:
-        """What the trainer trains on, where TRL's own logs differ.
-
-        TRL's completions table gets each response's advantage as this estimator computed it
-        (TRL logged its own, from the static weights), and under per-step weights (SAW) the
-        weighted reward sum_k c_k r_k with this step's c_k goes to `mrtpo/weighted_reward` (TRL's
-        `reward` uses the static weights). `mrtpo/opposite_sign_rows_share`: the rows where
-        rewards' Ã_k have opposite signs, where per-token credit can differ from GDPO's.
-        """
-        table = self._logs["advantages"]
-        for _ in range(min(len(batch_response), len(table))):
-            table.pop()
-        table.extend(batch_response.tolist())
-        metrics = self._metrics["train" if self.model.training else "eval"]
-        # From the gathered rewards: the same on every process, for every estimator.
-        opposite = advantages.opposite_sign_rows(scored.rewards, group_size, EPS)
-        metrics["mrtpo/opposite_sign_rows_share"].append(opposite.float().mean().item())
-        if not self._weighting.per_step:
-            return
-        rewards = scored.rewards
-        weighted = (rewards * reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
-        weighted = weighted[~torch.isnan(rewards).all(dim=1)]  # unscorable rows left out, as TRL
-        metrics["mrtpo/weighted_reward"].append(weighted.mean().item())
-        metrics["mrtpo/weighted_reward_std"].append(
-            weighted.std().item() if weighted.numel() > 1 else 0.0
-        )
-
-    def _log_replay(self, scored: ScoredBatch, step: StepAdvantages, group_size: int) -> None:
-        metrics = self._metrics["train"]
-        token = step.token
-        replay = token.replay
-        if token.slope is None:  # else logged per micro-batch, see `_prepare_inputs`
-            metrics["mrtpo/beta"].append(token.beta)
-        if self.args.bounded_token_advantages:  # from the gathered rewards: same on every process
-            bounded = advantages.bounded_rows(scored.rewards, group_size, step.reward_weights, EPS)
-            metrics["mrtpo/bounded_rows_share"].append(bounded.float().mean().item())
-        device = self.accelerator.device
-        seconds = torch.tensor([replay.seconds], device=device)
-        metrics["mrtpo/replay_seconds"].append(self.accelerator.gather(seconds).max().item())
-        num_rows, num_rewards = len(scored.prompts), len(self.reward_funcs)
-        # A replayed row runs its reference context and one per replayed reward, of K + 1.
-        contexts = len(replay.rows) + replay.replayed.sum().item()
-        counts = torch.tensor(
-            [len(replay.rows), num_rows, contexts, num_rows * (num_rewards + 1)], device=device
-        ).float()
-        rows, total_rows, contexts, total_contexts = self.accelerator.reduce(
-            counts, reduction="sum"
-        ).tolist()
-        metrics["mrtpo/replayed_rows_share"].append(rows / total_rows)
-        metrics["mrtpo/replayed_contexts_share"].append(contexts / total_contexts)
-        # Distance statistics over the replayed (row, reward) pairs only.
-        token_mean = _distance_token_sums(replay.distance, replay.mask, replay.replayed)
-        # (K, 2): sum of shares, responses
-        top_share = _top_share_sums(replay.distance, replay.mask, TOP_SHARE, replay.replayed)
-        totals = self.accelerator.reduce(torch.stack([token_mean, top_share]), reduction="sum")
-        for k, name in enumerate(self.reward_func_names):
-            metrics[f"mrtpo/distance/{name}/mean"].append(_ratio(totals[0, k]))
-            metrics[f"mrtpo/distance/{name}/top10_share"].append(_ratio(totals[1, k]))
-        # What MRTPO moves (A_t minus GDPO's advantage, D_t / d of docs/METHOD.md) against
-        # GDPO's part, root mean squares over the trained tokens: above 1, the re-allocation
-        # dominates the advantage (at this step's beta; it grows linearly with beta).
-        trained = scored.trained_mask(token.advantages.shape[1]).to(device)
-        response = step.response.to(device).unsqueeze(1) * trained
-        moved = (token.advantages.to(device) - response) * trained
-        squares = torch.stack([moved.square().sum(), response.square().sum()])
-        squares = self.accelerator.reduce(squares, reduction="sum")
-        metrics["mrtpo/reallocation_ratio"].append(math.sqrt(_ratio(squares)))
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # The replay's share of the step: replay seconds over TRL's step time, same window.
-        metrics = self._metrics["train"]
-        replay_seconds, step_time = metrics.get("mrtpo/replay_seconds"), metrics.get("step_time")
-        if self.model.training and replay_seconds and step_time and sum(step_time) > 0:
-            metrics["mrtpo/replay_share"].append(sum(replay_seconds) / sum(step_time))
-        super().log(logs, start_time)
-
     # ------------------------------------------------------------------ credit maps
 
-    def _credit_maps_due(self) -> bool:
-        """Every `credit_map_steps` optimizer steps (from step 0). The same answer on every
-        process."""
-        steps, step = self.args.credit_map_steps, self.state.global_step
-        if steps == 0:
-            return False
-        if self._last_credit_step is not None and step - self._last_credit_step < steps:
-            return False
-        return True
-
     def _write_credit_maps(self, scored: ScoredBatch, step: StepAdvantages, width: int) -> None:
-        """Maps of the lowest- and highest-total-reward rows of the main process's share.
-
-        GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
-        their uniform assignment); every process replays its own pick, possibly none (every
-        process enters `_replay`, which gathers sharded parameters); the main process writes.
-        MRTPO's maps show its step's own replay: a reward it did not replay on a row (Ã_k = 0
-        there) shows as not replayed; while beta is 0 (nothing replayed) the shown rows are
-        replayed for the map.
-        """
-        self._last_credit_step = self.state.global_step
-        total = (torch.nan_to_num(scored.rewards[scored.local]) * step.reward_weights).sum(dim=1)
-        order = torch.argsort(total, stable=True).tolist()
-        chosen = list(dict.fromkeys(order[:CREDIT_ROWS_PER_END] + order[-CREDIT_ROWS_PER_END:]))
-        # GDPO/GRPO replay the rows shown; so does MRTPO while beta is 0 (it replayed nothing).
-        # The same decision on every process: each enters `_replay` (see above).
-        shown_only = step.token is None or self._beta_stays_zero()
-        extra = self._replay(scored, width, rows=chosen) if shown_only else None
-        if not self.accelerator.is_main_process:
-            return
-        verdicts = scored.row_verdicts()
-        maps = []
-        for rank, i in enumerate(chosen):
-            label = "lowest" if rank < CREDIT_ROWS_PER_END and len(chosen) > 1 else "highest"
-            title = (
-                f"{label} total reward ({total[i].item():.3g}), "
-                f"step {self.state.global_step}, {self._estimator.name}"
-            )
-            maps.append(self._credit_map(scored, step, i, extra, verdicts[i], title))
-        write_training_maps(self.args.output_dir, self.state.global_step, maps)
-
-    def _credit_map(
-        self,
-        scored: ScoredBatch,
-        step: StepAdvantages,
-        row: int,
-        extra: ReplayResult | None,
-        verdicts: list[Verdict],
-        title: str,
-    ) -> CreditMap:
-        """The map of one local row, arrays cut to the response's own length.
-
-        MRTPO: its weights, per-token advantages and which rewards it replayed on the row.
-        GDPO/GRPO: the row replayed for the map (`extra`), no weights (uniform) and the
-        response's advantage on every token; GRPO has no per-reward advantages.
-        """
-        token = step.token
-        length = len(scored.completion_ids[row])
-        weights = replayed = None
-        if token is not None:
-            weights, token_advantages = token.relevance[row], token.advantages[row, :length]
-            replay = token.replay
-            replayed = torch.zeros(len(self.reward_funcs), dtype=torch.bool)
-            distance = torch.zeros(len(self.reward_funcs), length)
-            if row in replay.rows:
-                replayed = replay.replayed[replay.rows.index(row)]
-                distance = replay.distance[replay.rows.index(row)]
-            elif extra is not None:  # beta 0: replayed for the map only
-                replayed = extra.replayed[extra.rows.index(row)]
-                distance = extra.distance[extra.rows.index(row)]
-        else:  # replayed for the map only
-            distance = extra.distance[extra.rows.index(row)]
-            token_advantages = step.response[row].expand(length)
-        has_per_reward = step.per_reward is not None
-        return CreditMap.from_replay(
-            self.processing_class,
-            scored.completion_ids[row],
-            self.reward_func_names,
-            distance[:, :length].cpu(),
-            weights=None if weights is None else weights[:, :length].cpu(),
-            reward_advantages=step.per_reward[row].cpu() if has_per_reward else None,
-            token_advantages=token_advantages.cpu(),  # A_t, as the loss gets it
-            verdicts=verdicts,
-            text=completion_text(scored.completions[row]),
-            gdpo_advantage=step.response[row].item() if has_per_reward else None,
-            reward_weights=step.reward_weights.cpu(),
-            prompt=last_user_message(scored.prompts[row]),
-            title=title,
-            replayed=None if replayed is None else replayed.cpu(),
-        )
+        """This step's credit maps (`mrtpo.trainer_credit`), written by the main process."""
+        maps = self._credit_maps(scored, step, width)
+        if maps is not None:
+            write_training_maps(self.args.output_dir, self.state.global_step, maps)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -935,48 +656,6 @@ def _fit_width(x: torch.Tensor, width: int) -> torch.Tensor:
     if x.shape[-1] >= width:
         return x[..., :width]
     return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
-
-
-def _ratio(pair: torch.Tensor) -> float:
-    return (pair[0] / pair[1]).item() if pair[1] > 0 else float("nan")
-
-
-def _distance_token_sums(
-    distance: torch.Tensor, mask: torch.Tensor, replayed: torch.Tensor
-) -> torch.Tensor:
-    """Per reward: (sum of distance over the response tokens of the rows where it was
-    replayed, number of those tokens). Shape (K, 2).
-
-    distance: (B, K, T); mask: (B, T); replayed: (B, K) bool.
-    """
-    counted = mask.unsqueeze(1) * replayed.unsqueeze(-1)  # (B, K, T)
-    sums = (distance * counted).sum(dim=(0, 2))
-    return torch.stack([sums, counted.sum(dim=(0, 2))], dim=1)
-
-
-def _top_share_sums(
-    distance: torch.Tensor,
-    mask: torch.Tensor,
-    fraction: float,
-    replayed: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Per reward: (sum over responses of the share of the distance on the top `fraction` of
-    the response's tokens, number of responses with a non-zero distance where the reward was
-    replayed). Shape (K, 2).
-
-    distance: (B, K, T); mask: (B, T); replayed: (B, K) bool, None: every pair.
-    """
-    masked = distance * mask.unsqueeze(1)
-    ranked = masked.sort(dim=-1, descending=True).values.cumsum(dim=-1)  # (B, K, T)
-    num_tokens = mask.sum(dim=-1)  # (B,)
-    top = (num_tokens * fraction).ceil().clamp(min=1).long() - 1  # index of the last top token
-    top_sum = ranked.gather(-1, top.view(-1, 1, 1).expand(-1, distance.shape[1], 1)).squeeze(-1)
-    total = ranked[..., -1]  # (B, K)
-    counted = (total > 0) & (num_tokens > 0).unsqueeze(1)
-    if replayed is not None:
-        counted &= replayed
-    shares = torch.where(counted, top_sum / total.clamp(min=1e-12), torch.zeros_like(total))
-    return torch.stack([shares.sum(dim=0), counted.sum(dim=0).to(shares.dtype)], dim=1)
 
 
 __all__ = [
