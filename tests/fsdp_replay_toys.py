@@ -199,7 +199,9 @@ def main(out_dir: str) -> None:
             per_reward=torch.nan_to_num(normalized[scored.local]),
             token=None,
         )
-        step.token = trainer._token_advantages(scored, step, GROUP_SIZE, width)
+        # TRL's batch as `_token_advantages` reads it here: the completion width.
+        output = {"completion_ids": torch.zeros(len(scored.prompts), width, dtype=torch.long)}
+        step.token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
         trainer._last_credit_step = None
         trainer._write_credit_maps(
             scored, step, width

@@ -261,11 +261,11 @@ class BothReplays(RecordingMRTPO):
             return torch.ones_like(normalized, dtype=torch.bool)
         return super()._pairs_to_replay(normalized)
 
-    def _token_advantages(self, scored, step, group_size, width):
-        skipped = super()._token_advantages(scored, step, group_size, width)
+    def _token_advantages(self, scored, step, group_size, output):
+        skipped = super()._token_advantages(scored, step, group_size, output)
         self.replay_everything = True
         try:
-            everything = super()._token_advantages(scored, step, group_size, width)
+            everything = super()._token_advantages(scored, step, group_size, output)
         finally:
             self.replay_everything = False
         self.compared.append((step.per_reward.clone(), skipped, everything))

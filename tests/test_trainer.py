@@ -460,8 +460,9 @@ class StepBetaRecorder(RecordingMRTPO):
         self.steps_seen: list[int] = []
         super().__init__(*args, **kwargs)
 
-    def _token_advantages(self, scored, step, group_size, width):
-        token = super()._token_advantages(scored, step, group_size, width)
+    def _token_advantages(self, scored, step, group_size, output):
+        token = super()._token_advantages(scored, step, group_size, output)
+        width = output["completion_ids"].shape[1]
         distance = torch.zeros(len(scored.prompts), len(self.reward_funcs), width)
         distance[token.replay.rows] = token.replay.distance.cpu()
         self.generations.append({"distance": distance, "mask": scored.response_mask(width)})

@@ -31,8 +31,8 @@ class Recording(MRTPOTrainer):
         self.steps.append({"output": dict(output), "scored": self._scored})
         return output
 
-    def _token_advantages(self, scored, step, group_size, width):
-        token = super()._token_advantages(scored, step, group_size, width)
+    def _token_advantages(self, scored, step, group_size, output):
+        token = super()._token_advantages(scored, step, group_size, output)
         self.steps_token = token
         return token
 
