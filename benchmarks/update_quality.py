@@ -833,8 +833,11 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         raise SystemExit(f"{lane.sample}: at most {limit} mini-batches of these prompts")
     record = _read_json(lane.folder / RUN_FILE) or {"lanes": {}}
     info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
+    policy = {}
+    if state.model == "cold_start" and lane.model_path is None:  # rebuilt per machine: which one
+        policy["cold_start_sha256"] = convergence.weights_digest(Path(policy_path(lane, state)))
     info["sessions"].append(
-        {**_machine(lane), **engine(), "store_dtype": lane.store_dtype, **lane.layout}
+        {**_machine(lane), **engine(), "store_dtype": lane.store_dtype, **lane.layout, **policy}
     )
     info["batches"] = lane.batches
     _write_json(lane.folder / RUN_FILE, record)
