@@ -192,7 +192,7 @@ def open_command(path: Path) -> str:
 def run_explain(
     task: str,
     model_name_or_path: str,
-    out: str | Path | None = None,
+    output_dir: str | Path | None = None,
     *,
     split: str = "test",
     example: int = 0,
@@ -205,7 +205,7 @@ def run_explain(
     """All of `mrtpo explain` (keywords named as its arguments): choose the row
     (`choose_row`), load the model, explain the text of `response_file` (tokenized once plus
     the eos token) or the model's greedy answer with `explain_response(**explain_options)`,
-    write `credit.html`, `credit.png` and `group.json` into `out` (default
+    write `credit.html`, `credit.png` and `group.json` into `output_dir` (default
     `outputs/explain-<task>`), print the map on the terminal and the command that opens the
     page; returns the map."""
     from mrtpo import tasks
@@ -229,7 +229,7 @@ def run_explain(
         title=f"{task}, example {example}" if title is None else title,
         **explain_options,
     )
-    out = Path(out or f"outputs/explain-{task}")
+    out = Path(output_dir or f"outputs/explain-{task}")
     out.mkdir(parents=True, exist_ok=True)
     page = out / "credit.html"
     page.write_text(to_html(credit_map, title="MRTPO credit map"), encoding="utf-8")
@@ -244,7 +244,7 @@ def run_explain(
 def run_analyze(
     task: str,
     model_name_or_path: str,
-    out: str | Path | None = None,
+    output_dir: str | Path | None = None,
     *,
     n: int = 200,
     split: str = "test",
@@ -257,7 +257,7 @@ def run_analyze(
     command: str = "",
 ) -> dict[str, Any]:
     """All of `mrtpo analyze` (keywords named as its arguments): the greedy responses to the
-    first `n` rows of the split, verified and replayed; writes into `out` (default
+    first `n` rows of the split, verified and replayed; writes into `output_dir` (default
     `outputs/analyze-<task>`) `localization.md`/`.json` (the paper's Table 4),
     `concentration.md`/`.json`/`.png` (its Figure 6), `maps.html` (the first `maps` credit
     maps) and `responses.json`, prints the pooled table; `command` (the command line) heads
@@ -312,7 +312,7 @@ def run_analyze(
         "satisfied_at": satisfied_at,
         "seconds": seconds,
     }
-    out = Path(out or f"outputs/analyze-{task}")
+    out = Path(output_dir or f"outputs/analyze-{task}")
     out.mkdir(parents=True, exist_ok=True)
     heading = (
         f"Command: `{command}` ({count} greedy responses of the {split} split, "

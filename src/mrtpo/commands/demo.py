@@ -136,7 +136,7 @@ def show_credit_map(
     from mrtpo.explaining import run_explain
 
     options = {"task": DEMO_TASK, "model_name_or_path": model_name_or_path, "split": "test",
-               "example": EXPLAINED_EXAMPLE, "max_new_tokens": max_new_tokens, "out": out}  # fmt: skip
+               "example": EXPLAINED_EXAMPLE, "max_new_tokens": max_new_tokens, "output_dir": out}  # fmt: skip
     with demo_step("credit map of a trained response", "explain", options, timings):
         run_explain(**options, title=f"{DEMO_TASK}, test example {EXPLAINED_EXAMPLE}, after MRTPO")
     return out / "credit.html"
