@@ -941,10 +941,11 @@ def engine() -> dict[str, Any]:
 
 
 def _machine(lane: Lane) -> dict[str, Any]:
-    args = argparse.Namespace(
-        threads=int(os.environ.get("OMP_NUM_THREADS", "0") or 0), device=lane.device
+    import torch
+
+    return convergence.machine(
+        argparse.Namespace(threads=torch.get_num_threads(), device=lane.device)
     )
-    return convergence.machine(args)
 
 
 # ----------------------------------------------------------------------------- the analysis

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_toys import ContainsLetter, EvenLength, toy_dataset
+from trainer_toys import CPU_RUN, ContainsLetter, EvenLength, toy_dataset
 
 from mrtpo import advantages
 from mrtpo.testing import tiny_model_and_tokenizer
@@ -19,16 +19,11 @@ from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 COMMON = dict(
+    **CPU_RUN,
     per_device_train_batch_size=8,
     num_generations=4,
     max_completion_length=10,
     max_steps=2,
-    report_to=[],
-    use_cpu=True,
-    bf16=False,
-    save_strategy="no",
-    seed=0,
-    disable_tqdm=True,
     learning_rate=1e-3,
     mrtpo_warmup_steps=0,
 )

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from trainer_toys import ContainsLetter, EvenLength, toy_dataset
+from trainer_toys import CPU_RUN, ContainsLetter, EvenLength, toy_dataset
 from transformers import TrainerCallback
 
 from mrtpo.testing import tiny_model_and_tokenizer
@@ -119,12 +119,7 @@ def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator):
         advantage_estimator=estimator,
         mrtpo_beta=1.0,
         mrtpo_warmup_steps=0,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
+        **CPU_RUN,
     )
     step = _KeepBatch(
         model=model,
