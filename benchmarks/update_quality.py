@@ -317,7 +317,7 @@ def build_trainer(
         "disable_tqdm": True,
         "max_grad_norm": MAX_GRAD_NORM,
     }
-    if device == "cpu":
+    if device == "cpu":  # bf16 (an override) is autocast: the weights stay float32
         settings.update(use_cpu=True, bf16=False, dataloader_pin_memory=False)
     config = train_config(**{**settings, **overrides})
     trainer = _trainer_class()(
@@ -757,6 +757,9 @@ class Lane:
     store_dtype: str = "float32"
     rows_per_forward: int | None = None  # `batch_gradients`' chunks (default: the whole batch)
     recompute: bool = False
+    # TRL's bf16 mixed precision: the loss forward and the replay under bfloat16 autocast, the
+    # weights and gradients float32 (what a user training in bf16 gets; faster on CPU)
+    bf16: bool = False
     model_path: str | None = None  # tests: a saved tiny model instead of the state's policy
     task_data: str | None = None
     waited: float = field(default=0.0)
@@ -768,6 +771,10 @@ class Lane:
     @property
     def layout(self) -> dict[str, Any]:
         return {"rows_per_forward": self.rows_per_forward, "recompute": self.recompute}
+
+    @property
+    def precision(self) -> dict[str, Any]:
+        return {"store_dtype": self.store_dtype, "bf16_autocast": self.bf16}
 
     def mine(self) -> list[int]:
         return [b for b in range(self.batches) if b % self.lanes == self.lane]
@@ -805,7 +812,14 @@ def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
     dataset = task.load("train", path=data)
     model, tokenizer = load_model(policy_path(lane, state), dtype=torch.float32)
     trainer = build_trainer(
-        model, tokenizer, task, dataset, state, lane.folder / CHECKPOINTS / "trainer", lane.device
+        model,
+        tokenizer,
+        task,
+        dataset,
+        state,
+        lane.folder / CHECKPOINTS / "trainer",
+        lane.device,
+        bf16=lane.bf16,
     )
     return trainer, dataset, task, tokenizer, state
 
@@ -837,7 +851,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
     if state.model == "cold_start" and lane.model_path is None:  # rebuilt per machine: which one
         policy["cold_start_sha256"] = convergence.weights_digest(Path(policy_path(lane, state)))
     info["sessions"].append(
-        {**_machine(lane), **engine(), "store_dtype": lane.store_dtype, **lane.layout, **policy}
+        {**_machine(lane), **engine(), **lane.precision, **lane.layout, **policy}
     )
     info["batches"] = lane.batches
     _write_json(lane.folder / RUN_FILE, record)
@@ -1388,6 +1402,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="one forward per direction and chunk (memory of one gradient, not one per direction)",
     )
+    add(
+        "--bf16",
+        action="store_true",
+        help="TRL's bf16 mixed precision (autocast; float32 weights): decide it before a state's "
+        "first measurement, after checking on another state that its cosines are unchanged",
+    )
     add("--power", action="store_true", help="size the main sample from the pilot, then stop")
     add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
     add("--report", action="store_true", help="regenerate the report from the results files")
@@ -1421,6 +1441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.store_dtype,
         args.rows_per_forward,
         args.recompute,
+        args.bf16,
     )
     run_lane(lane)
     return 0

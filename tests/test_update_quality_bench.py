@@ -300,3 +300,23 @@ def test_lanes_share_one_summed_reference(tmp_path):
     assert (lanes[0].folder / uq.CHECKPOINTS / "reference-total.pt").is_file()
     again = uq.wait_for_totals(lanes[0], poll_seconds=0.01)  # the other lane reads the file
     torch.testing.assert_close(again["ref/a"], torch.tensor([1.5, -2.0]))
+
+
+def test_bf16_autocast_keeps_the_direction(tmp_path):
+    """TRL's bf16 mixed precision (`--bf16`): float32 weights, the loss under autocast; the
+    gradient keeps its direction on the tiny model (cosine with float32's above 0.99)."""
+    trainer = _trainer(tmp_path)
+    (record,) = _records(trainer, 1)
+    inputs, scored = uq.batch_inputs(trainer, record)
+    measured = uq.estimator_advantages(trainer, inputs, scored, batch=0)
+    full, mixed = {}, {}
+    uq.batch_gradients(trainer, inputs, {"gdpo": measured["gdpo"]}, full.__setitem__)
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    autocast = uq.build_trainer(
+        model, tokenizer, TASK, toy_dataset(), STATE, tmp_path / "bf16", bf16=True
+    )
+    assert next(autocast.model.parameters()).dtype == torch.float32
+    uq.batch_gradients(autocast, inputs, {"gdpo": measured["gdpo"]}, mixed.__setitem__)
+    a, b = full["gdpo"].double(), mixed["gdpo"].double()
+    assert float(a @ b / (a.norm() * b.norm())) > 0.999
+    assert 1e-4 < float((a - b).norm() / a.norm()) < 0.05  # not the same computation
