@@ -580,19 +580,23 @@ def batch_gradients(
         if recompute:
             for name, coefficient in coefficients.items():
                 model.zero_grad(set_to_none=True)
-                for chunk in chunks:  # run for its side effect: the summed `.grad`
-                    list(_chunk_losses(trainer, inputs, {name: coefficient}, chunk, True))
+                for chunk in chunks:  # the chunks' gradients add up in `.grad`
+                    _chunk_backwards(trainer, inputs, {name: coefficient}, chunk)
                 on_gradient(name, -flat_gradient(model))  # the ascent direction
             return
         sums: dict[str, Any] = {}
-        for index, chunk in enumerate(chunks):
-            for name, vector in _chunk_losses(trainer, inputs, coefficients, chunk):
-                if len(chunks) == 1:
-                    on_gradient(name, -vector)  # the ascent direction
-                elif index == 0:
-                    sums[name] = -vector
-                else:
-                    sums[name] -= vector
+
+        def add(name: str) -> None:  # the ascent direction, summed over the chunks
+            vector = flat_gradient(model)
+            if name in sums:
+                sums[name] -= vector
+            elif len(chunks) == 1:
+                on_gradient(name, -vector)
+            else:
+                sums[name] = -vector
+
+        for chunk in chunks:
+            _chunk_backwards(trainer, inputs, coefficients, chunk, add)
         for name in list(sums):
             on_gradient(name, sums.pop(name))
     finally:
@@ -600,16 +604,16 @@ def batch_gradients(
         model.zero_grad(set_to_none=True)
 
 
-def _chunk_losses(
+def _chunk_backwards(
     trainer: Any,
     inputs: Mapping[str, Any],
     coefficients: Mapping[str, Any],
     rows: slice,
-    accumulate: bool = False,
-) -> Iterator[tuple[str, Any]]:
-    """One forward of `rows`, then each entry's loss on them and its backward: yields (name,
-    loss gradient); with `accumulate`, leaves the gradients summed in `.grad` and yields
-    nothing."""
+    after_backward: Any = None,
+) -> None:
+    """One forward of `rows`, then each entry's loss on them and its backward. With
+    `after_backward`, `.grad` is cleared before each backward and `after_backward(name)` reads
+    it after; without, the gradients are left summed in `.grad`."""
     import torch
 
     model = trainer.model
@@ -629,7 +633,7 @@ def _chunk_losses(
     names = list(coefficients)
     for position, name in enumerate(names):
         coefficient = coefficients[name]
-        if not accumulate:
+        if after_backward is not None:
             model.zero_grad(set_to_none=True)
         if isinstance(coefficient, tuple):  # a reference: sequence log-probabilities
             a = coefficient[1][rows].to(logps.device)
@@ -637,11 +641,9 @@ def _chunk_losses(
         else:
             loss = trainer._compute_loss(model, {**chunk, "advantages": coefficient[rows]})
         loss.backward(retain_graph=position < len(names) - 1)
-        if not accumulate:
-            yield name, flat_gradient(model)
+        if after_backward is not None:
+            after_backward(name)
     trainer.reused = None
-    if accumulate:
-        yield from ()
 
 
 def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:

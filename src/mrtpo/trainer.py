@@ -11,8 +11,8 @@ This subclass changes three things:
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
    replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`,
    or, for the entropy control `token_relevance="entropy"`, the policy's own next-token
-   entropy with no replay; with TRL's temperature, logit transforms and autocast), credit only on the tokens TRL trains
-   (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
+   entropy with no replay; with TRL's temperature, logit transforms and autocast), credit only
+   on the tokens TRL trains (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
    sequence-level sign-based options get each response's advantage (see the class).
    On a batch whose rewards cancel in GDPO's sum S (std_batch S near 0), MRTPO's re-allocated
    part is bounded by the per-reward scale (`bounded_token_advantages`, docs/METHOD.md).
