@@ -1123,6 +1123,42 @@ def power_calculation(pilot: Sequence[Mapping[str, Any]], cap: int) -> dict[str,
     }
 
 
+def precision_comparison(
+    reference: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The same mini-batches measured twice (e.g. float32 and `--bf16`): per estimator the mean
+    cosine of each, the largest per-mini-batch change of the cosine, and per contrast (primary
+    and secondary) the mean difference of each with the change of its mean. Paired by index:
+    both lists hold the same mini-batches, in order."""
+    if [r["batch"] for r in reference] != [r["batch"] for r in other]:
+        raise ValueError("precision_comparison: the two measurements hold different mini-batches")
+    first, second = per_estimator(reference), per_estimator(other)
+    estimators = {
+        name: {
+            "mean_cosine": [
+                float(np.mean(first[name]["cosine"])),
+                float(np.mean(second[name]["cosine"])),
+            ],
+            "max_abs_change": float(
+                np.max(np.abs(np.subtract(first[name]["cosine"], second[name]["cosine"])))
+            ),
+            "mean_norm": [
+                float(np.mean(first[name]["norm"])),
+                float(np.mean(second[name]["norm"])),
+            ],
+        }
+        for name in ESTIMATORS
+    }
+    contrasts = {}
+    for a, b in (*PRIMARY_CONTRASTS, *SECONDARY_CONTRASTS):
+        means = [
+            float(np.mean(np.subtract(values[a]["cosine"], values[b]["cosine"])))
+            for values in (first, second)
+        ]
+        contrasts[f"{a} - {b}"] = {"mean_difference": means, "change": means[1] - means[0]}
+    return {"batches": len(reference), "estimators": estimators, "contrasts": contrasts}
+
+
 # ----------------------------------------------------------------------------- the report
 
 
@@ -1413,12 +1449,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     add("--power", action="store_true", help="size the main sample from the pilot, then stop")
     add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
     add("--report", action="store_true", help="regenerate the report from the results files")
+    add(
+        "--compare_with",
+        type=Path,
+        help="another results folder holding the same --state and --sample measured another "
+        "way (e.g. --bf16): print and store how much the cosines changed, then stop",
+    )
     args = parser.parse_args(argv)
     if args.report:
         print(write_report(args.results))
         return 0
     if args.state is None:
         parser.error("--state is required unless --report")
+    if args.compare_with is not None:
+        measured = [
+            load_measures(r).get(args.state, {}).get(args.sample)
+            for r in (args.results, args.compare_with)
+        ]
+        if not all(measured):
+            raise SystemExit(f"{args.state} {args.sample}: not measured in both results folders")
+        compared = precision_comparison(*measured)
+        _write_json(
+            sample_dir(args.compare_with, args.state, args.sample) / "comparison.json", compared
+        )
+        print(json.dumps(compared, indent=1))
+        return 0
     if args.power:
         pilot = load_measures(args.results).get(args.state, {}).get("pilot")
         if not pilot or len(pilot) < PILOT_BATCHES:

@@ -320,3 +320,35 @@ def test_bf16_autocast_keeps_the_direction(tmp_path):
     a, b = full["gdpo"].double(), mixed["gdpo"].double()
     assert float(a @ b / (a.norm() * b.norm())) > 0.999
     assert 1e-4 < float((a - b).norm() / a.norm()) < 0.05  # not the same computation
+
+
+def test_precision_comparison_reports_the_cosines_change(tmp_path):
+    same = [_synthetic(b, 0.05, 0.08, 0.0, 3.0) for b in range(4)]
+    moved = [_synthetic(b, 0.05, 0.09, 0.0, 3.0) for b in range(4)]  # mrtpo(1) +0.01
+    compared = uq.precision_comparison(same, moved)
+    assert compared["batches"] == 4
+    gdpo = compared["estimators"]["gdpo"]
+    assert gdpo["mean_cosine"] == pytest.approx([0.05, 0.05]) and gdpo["max_abs_change"] == 0
+    assert compared["estimators"]["mrtpo(1)"]["max_abs_change"] == pytest.approx(0.01)
+    assert compared["contrasts"]["mrtpo(1) - gdpo"]["change"] == pytest.approx(0.01)
+    # At beta 0.5 the blend carries part of it: a positive change below mrtpo(1)'s.
+    half = compared["contrasts"]["mrtpo(0.5) - gdpo"]["change"]
+    assert 0 < half < 0.01
+    with pytest.raises(ValueError, match="different mini-batches"):
+        uq.precision_comparison(same, moved[::-1])
+    # The command stores it beside the other measurement.
+    for root, records in {"a": same, "b": moved}.items():
+        for record in records:
+            uq._write_json(
+                tmp_path
+                / root
+                / "qwen_sql"
+                / "pilot"
+                / "measures"
+                / f"batch{record['batch']:03d}.json",
+                record,
+            )
+    argv = ["--results", str(tmp_path / "a"), "--compare_with", str(tmp_path / "b")]
+    assert uq.main([*argv, "--state", "qwen_sql", "--sample", "pilot"]) == 0
+    stored = json.loads((tmp_path / "b" / "qwen_sql" / "pilot" / "comparison.json").read_text())
+    assert stored["contrasts"]["mrtpo(1) - gdpo"]["change"] == pytest.approx(0.01)
