@@ -1034,11 +1034,14 @@ def _safe_ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator > 0 else float("nan")
 
 
-def per_estimator(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward)."""
+def per_estimator(
+    records: Sequence[Mapping[str, Any]], batches: int | None = None
+) -> dict[str, dict[str, list[float]]]:
+    """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward).
+    batches: the sample's size, when `records` are only some of its mini-batches."""
     out: dict[str, dict[str, Any]] = {}
     for estimator in ESTIMATORS:
-        rows = [batch_measures(r, estimator, len(records)) for r in records]
+        rows = [batch_measures(r, estimator, batches or len(records)) for r in records]
         out[estimator] = {
             key: [row[key] for row in rows] for key in ("cosine", "norm", "gain", "diff_norm")
         }
@@ -1128,11 +1131,14 @@ def precision_comparison(
 ) -> dict[str, Any]:
     """The same mini-batches measured twice (e.g. float32 and `--bf16`): per estimator the mean
     cosine of each, the largest per-mini-batch change of the cosine, and per contrast (primary
-    and secondary) the mean difference of each with the change of its mean. Paired by index:
-    both lists hold the same mini-batches, in order."""
-    if [r["batch"] for r in reference] != [r["batch"] for r in other]:
-        raise ValueError("precision_comparison: the two measurements hold different mini-batches")
-    first, second = per_estimator(reference), per_estimator(other)
+    and secondary) the mean difference of each with the change of its mean. Only the
+    mini-batches measured both ways count (a partial second measurement compares on its own)."""
+    common = sorted({r["batch"] for r in reference} & {r["batch"] for r in other})
+    if not common:
+        raise ValueError("precision_comparison: the two measurements share no mini-batch")
+    batches = len({r["batch"] for r in reference})  # the sample's size sets each reference's scale
+    first = per_estimator([r for r in reference if r["batch"] in common], batches)
+    second = per_estimator([r for r in other if r["batch"] in common], batches)
     estimators = {
         name: {
             "mean_cosine": [
@@ -1156,7 +1162,7 @@ def precision_comparison(
             for values in (first, second)
         ]
         contrasts[f"{a} - {b}"] = {"mean_difference": means, "change": means[1] - means[0]}
-    return {"batches": len(reference), "estimators": estimators, "contrasts": contrasts}
+    return {"batches": common, "estimators": estimators, "contrasts": contrasts}
 
 
 # ----------------------------------------------------------------------------- the report

@@ -326,7 +326,7 @@ def test_precision_comparison_reports_the_cosines_change(tmp_path):
     same = [_synthetic(b, 0.05, 0.08, 0.0, 3.0) for b in range(4)]
     moved = [_synthetic(b, 0.05, 0.09, 0.0, 3.0) for b in range(4)]  # mrtpo(1) +0.01
     compared = uq.precision_comparison(same, moved)
-    assert compared["batches"] == 4
+    assert compared["batches"] == [0, 1, 2, 3]
     gdpo = compared["estimators"]["gdpo"]
     assert gdpo["mean_cosine"] == pytest.approx([0.05, 0.05]) and gdpo["max_abs_change"] == 0
     assert compared["estimators"]["mrtpo(1)"]["max_abs_change"] == pytest.approx(0.01)
@@ -334,8 +334,11 @@ def test_precision_comparison_reports_the_cosines_change(tmp_path):
     # At beta 0.5 the blend carries part of it: a positive change below mrtpo(1)'s.
     half = compared["contrasts"]["mrtpo(0.5) - gdpo"]["change"]
     assert 0 < half < 0.01
-    with pytest.raises(ValueError, match="different mini-batches"):
-        uq.precision_comparison(same, moved[::-1])
+    partial = uq.precision_comparison(same, moved[1:2])  # only batch 1 measured both ways
+    assert partial["batches"] == [1]
+    assert partial["contrasts"]["mrtpo(1) - gdpo"]["change"] == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="share no mini-batch"):
+        uq.precision_comparison(same[:1], moved[1:])
     # The command stores it beside the other measurement.
     for root, records in {"a": same, "b": moved}.items():
         for record in records:
