@@ -582,7 +582,7 @@ def batch_gradients(
                 model.zero_grad(set_to_none=True)
                 for chunk in chunks:  # the chunks' gradients add up in `.grad`
                     _chunk_backwards(trainer, inputs, {name: coefficient}, chunk)
-                on_gradient(name, -flat_gradient(model))  # the ascent direction
+                on_gradient(name, flat_gradient(model).neg_())  # the ascent direction
             return
         sums: dict[str, Any] = {}
 
@@ -657,20 +657,31 @@ def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
 
 
 def reference_pass(
-    trainer: Any, record: Mapping[str, Any], layout: Mapping[str, Any] | None = None
+    trainer: Any,
+    record: Mapping[str, Any],
+    layout: Mapping[str, Any] | None = None,
+    sums: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The batch's own part of each per-reward reference: {"ref/<reward>": vector}.
-    layout: `batch_gradients`' rows_per_forward and recompute."""
+    """The batch's own part of each per-reward reference, added into `sums` (in place, each
+    gradient as it arrives: no second copy of a 0.5B model's references) and returned:
+    {"ref/<reward>": vector}. layout: `batch_gradients`' rows_per_forward and recompute."""
     inputs, scored = batch_inputs(trainer, record)
-    parts: dict[str, Any] = {}
+    sums = {} if sums is None else sums
+
+    def add(name: str, vector: Any) -> None:
+        if name in sums:
+            sums[name].add_(vector)
+        else:
+            sums[name] = vector
+
     batch_gradients(
         trainer,
         inputs,
         reference_coefficients(scored, record["reward_names"]),
-        lambda name, vector: parts.__setitem__(name, vector),
+        add,
         **(layout or {}),
     )
-    return parts
+    return sums
 
 
 def measure_batch(
@@ -882,9 +893,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         if batch in partial["batches"]:
             continue
         started = time.process_time()
-        parts = reference_pass(trainer, _read_json(sample_path(lane, batch)), lane.layout)
-        for name, vector in parts.items():
-            partial["sums"][name] = partial["sums"].get(name, 0) + vector
+        reference_pass(trainer, _read_json(sample_path(lane, batch)), lane.layout, partial["sums"])
         partial["batches"].append(batch)
         torch.save(partial, path.with_name(path.name + ".tmp"))
         os.replace(path.with_name(path.name + ".tmp"), path)
