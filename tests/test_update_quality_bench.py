@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -285,6 +286,18 @@ def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
     assert smol["gdpo"]["significant"] and smol["gdpo"]["test"]["mean"] > 0
     assert "the verifier's own information makes the step point further uphill" in text
     assert "**qwen_sql**: no effect on the step's direction detected" in text
+
+
+def test_the_committed_report_regenerates_from_the_committed_files(tmp_path):
+    """The report in the repository is what `--report` writes from the committed results files
+    (the git-ignored checkpoints and the samples are not read)."""
+    committed = Path(__file__).resolve().parents[1] / uq.RESULTS
+    copy = tmp_path / "update-quality"
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns(uq.CHECKPOINTS, "samples"))
+    assert not list(copy.rglob("*.pt"))
+    regenerated = uq.write_report(copy).read_text()
+    assert regenerated == (committed / "README.md").read_text()
+    assert "## qwen_sql" in regenerated and "## smollm2_tool_calling" in regenerated
 
 
 def test_lanes_share_one_summed_reference(tmp_path):
