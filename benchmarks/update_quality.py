@@ -978,12 +978,19 @@ def _machine(lane: Lane) -> dict[str, Any]:
 
 
 def load_measures(results: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """{state: {sample: [measures of its mini-batches, by index]}} from the results files."""
+    """{state: {sample: [measures of its mini-batches, by index]}} from the results files.
+    Each record gets `sample_batches`, the sample's planned size (the pilot's fixed size, the
+    main sample's from the power calculation): its reference averages over the other
+    mini-batches of all of them, whether or not they are measured yet."""
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for state in STATES:
+        power = _read_json(state_dir(results, state) / POWER_FILE)
         for sample in SAMPLES:
             folder = sample_dir(results, state, sample) / "measures"
             records = [_read_json(path) for path in sorted(folder.glob("batch*.json"))]
+            planned = PILOT_BATCHES if sample == "pilot" else (power or {}).get("batches")
+            for record in records:
+                record["sample_batches"] = max(planned or 0, len(records))
             if records:
                 out.setdefault(state, {})[sample] = records
     return out
@@ -1028,6 +1035,10 @@ def batch_measures(
     norm = math.sqrt(max(values["norm2"], 0.0))
     summed_dot, summed_norm = float(c @ dots), math.sqrt(max(float(c @ gram @ c), 0.0))
     per_prompt = (batches - 1) * PROMPTS_PER_BATCH * GROUP_SIZE  # the reference's 1 / (P G)
+    if per_prompt <= 0:
+        raise ValueError(
+            f"batches must be at least 2 (the reference is the others'), got {batches}"
+        )
     return {
         "cosine": _safe_ratio(summed_dot, norm * summed_norm),
         "reward_cosines": [
@@ -1048,10 +1059,14 @@ def per_estimator(
     records: Sequence[Mapping[str, Any]], batches: int | None = None
 ) -> dict[str, dict[str, list[float]]]:
     """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward).
-    batches: the sample's size, when `records` are only some of its mini-batches."""
+    batches: the sample's size; by default each record's `sample_batches` (set by
+    `load_measures`), else the number of records."""
     out: dict[str, dict[str, Any]] = {}
     for estimator in ESTIMATORS:
-        rows = [batch_measures(r, estimator, batches or len(records)) for r in records]
+        rows = [
+            batch_measures(r, estimator, batches or r.get("sample_batches", len(records)))
+            for r in records
+        ]
         out[estimator] = {
             key: [row[key] for row in rows] for key in ("cosine", "norm", "gain", "diff_norm")
         }
@@ -1238,6 +1253,8 @@ def contrast_table(tests: Sequence[Mapping[str, Any]], corrected: bool) -> str:
 def state_reading(tests: Sequence[Mapping[str, Any]], values: Mapping[str, Any]) -> str:
     """The pre-registered reading of one state's three primary tests (see ANALYSIS)."""
     by_control = {t["contrast"][1]: t for t in tests}
+    if any(t["test"] is None for t in tests):
+        return "no reading yet: fewer than 2 mini-batches of the main sample measured"
 
     def direction(control: str) -> int:
         test = by_control.get(control)

@@ -288,6 +288,34 @@ def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
     assert "**qwen_sql**: no effect on the step's direction detected" in text
 
 
+def test_an_interim_sample_scales_the_gain_by_the_planned_size(tmp_path):
+    """Each reference averages over the other mini-batches of the whole planned sample, so a
+    mini-batch's gain must not change as more of the sample is measured (it did: the report
+    scaled by the number measured so far, and a single measured mini-batch divided by 0)."""
+    uq._write_json(
+        tmp_path / "qwen_sql" / uq.POWER_FILE,
+        {"pilot_batches": 8, "gdpo_mean_cosine": 0.05, "difference_mean": 0.0,
+         "difference_sd": 0.01, "effect": 0.01, "alpha": 0.05 / 6, "needed_batches": 17,
+         "cap": 9, "batches": 9, "power_at_batches": 0.37},
+    )  # fmt: skip
+    folder = tmp_path / "qwen_sql" / "main" / "measures"
+    uq._write_json(folder / "batch000.json", _synthetic(0, 0.05, 0.09, 0.0, 3.0))
+    interim = uq.load_measures(tmp_path)["qwen_sql"]["main"]
+    assert interim[0]["sample_batches"] == 9
+    gain = uq.per_estimator(interim)["gdpo"]["gain"][0]
+    # gdpo: ref . g = 0.05 * |g| 2 * |ref| sqrt(2); 8 other mini-batches of 16 responses; |g| 2.
+    assert gain == pytest.approx(0.05 * 2 * math.sqrt(2) / (8 * 16) / 2, rel=1e-12)
+    text = uq.write_report(tmp_path).read_text()
+    assert "main: 1 mini-batches (interim: 1 of 9)" in text
+    assert "**qwen_sql**: no reading yet" in text
+    for b in range(1, 9):
+        uq._write_json(folder / f"batch{b:03d}.json", _synthetic(b, 0.05, 0.09, 0.0, 3.0))
+    complete = uq.per_estimator(uq.load_measures(tmp_path)["qwen_sql"]["main"])
+    assert complete["gdpo"]["gain"][0] == pytest.approx(gain, rel=1e-12)
+    with pytest.raises(ValueError, match="batches must be at least 2"):
+        uq.batch_measures(interim[0], "gdpo", 1)
+
+
 def test_the_committed_report_regenerates_from_the_committed_files(tmp_path):
     """The report in the repository is what `--report` writes from the committed results files
     (the git-ignored checkpoints and the samples are not read)."""
