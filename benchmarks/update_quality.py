@@ -1399,7 +1399,7 @@ def write_report(results: Path = RESULTS) -> Path:
             records = samples.get(sample)
             if not records:
                 continue
-            planned = power["batches"] if sample == "main" and power else PILOT_BATCHES
+            planned = records[0]["sample_batches"]
             status = "" if len(records) >= planned else f" (interim: {len(records)} of {planned})"
             lines += [f"### {sample}: {len(records)} mini-batches{status}", ""]
             lines += [estimator_table(records), ""]
