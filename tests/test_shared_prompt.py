@@ -481,6 +481,68 @@ def test_generation_honours_a_dynamic_cache_and_leaves_other_caches_to_generate(
     assert "'dynamic'" not in caplog.text
 
 
+@pytest.mark.parametrize(
+    "setting, value, first_widths",
+    [
+        # the prefill's own kind of cache: shared, the setting cleared for the call only
+        ("cache_implementation", "dynamic", [(2, 8), (6, 1)]),
+        # generate builds a cache of its own kind: plain generate, logged once
+        ("cache_implementation", "static", [(6, 9)]),
+        # Gemma's checkpoints ship it; generate drops it for a dynamic cache: shared
+        ("cache_implementation", "hybrid", [(2, 8), (6, 1)]),
+        # generate expands the batch itself (12 rows): plain generate
+        ("num_return_sequences", 2, [(12, 9)]),
+    ],
+)
+def test_generation_reads_settings_from_the_models_own_generation_config(
+    caplog, setting, value, first_widths
+):
+    """A setting on the model's own `generation_config` (a checkpoint's
+    `generation_config.json`), with TRL's config passed and leaving it unset: `generate` fills
+    it from the model's, so the shared prefill reads it there too."""
+    model = _generation_model()
+    prompt_ids, prompt_mask, _, _ = _batch([5, 9], [[1, 1, 1], [1, 1, 1]])
+    install_shared_prefill(model)
+    setattr(model.generation_config, setting, value)
+    own = model.generation_config
+    passed = GenerationConfig(**GENERATION)  # TRL's: its cache_implementation None
+    plain_generate = model.generate.without_shared_prefill
+    plain, _ = _generate(plain_generate, model, prompt_ids, prompt_mask, generation_config=passed)
+    mrtpo.shared_prompt._log_plain_generation.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="mrtpo.shared_prompt"):
+        for _ in range(2):
+            shared, widths = _generate(
+                model.generate, model, prompt_ids, prompt_mask, generation_config=passed
+            )
+    assert widths[: len(first_widths)] == first_widths
+    assert torch.equal(shared.sequences, plain.sequences)
+    # the model's own config and the caller's are left as they were
+    assert model.generation_config is own and getattr(own, setting) == value
+    assert passed.cache_implementation is None
+    if value == "static":
+        line = f"cache_implementation={value!r} (set in the model's generation_config)"
+        assert caplog.text.count(line) == 1
+    else:
+        assert "without the shared prefill" not in caplog.text
+
+
+def test_generation_setting_is_read_where_generate_reads_it():
+    model = SimpleNamespace(generation_config=GenerationConfig(cache_implementation="static"))
+    passed = GenerationConfig(cache_implementation="dynamic")
+    read = mrtpo.shared_prompt.generation_setting
+    assert read(model, {}, "cache_implementation") == (
+        "static",
+        "the model's generation_config",
+    )
+    assert read(model, {"generation_config": passed}, "cache_implementation") == (
+        "dynamic",
+        "the generation config passed",
+    )
+    call = {"generation_config": passed, "cache_implementation": "offloaded"}
+    assert read(model, call, "cache_implementation") == ("offloaded", "the call")
+    assert read(model, {}, "num_beams") == (None, "nowhere")
+
+
 def test_installed_prefill_follows_copies_and_pickles():
     """The installed `generate` serves the instance it is called on: a deep copy with other
     weights samples from its own weights, and `torch.save` of the model round-trips. (Without

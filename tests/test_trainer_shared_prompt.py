@@ -224,6 +224,34 @@ def test_trl_cache_implementation_trains_with_sharing(tmp_path, cache_implementa
     assert_same_run(shared, train(tmp_path, False, **settings))
 
 
+@pytest.mark.parametrize(
+    "cache_implementation, relevance",
+    [("dynamic", "replay"), ("static", "replay"), ("hybrid", "replay"), ("static", "entropy")],
+)
+def test_a_cache_set_on_the_models_generation_config_trains_with_sharing(
+    tmp_path, caplog, cache_implementation, relevance
+):
+    """A checkpoint's own `generation_config.json` may set `cache_implementation` (Gemma's ship
+    "hybrid"); TRL's config leaves it unset and `generate` fills it from the model's. "dynamic"
+    and "hybrid" (which `generate` drops) keep the shared prefill, "static" generates plainly
+    (logged once); each trains as the per-row path does, the entropy control too."""
+    settings = dict(max_steps=1)
+    if relevance == "entropy":
+        settings.update(token_relevance="entropy", mrtpo_beta=1.0)
+    runs = {}
+    mrtpo.shared_prompt._log_plain_generation.cache_clear()
+    for share in (True, False):
+        model, _ = tiny_model_and_tokenizer(seed=0)
+        model.generation_config.cache_implementation = cache_implementation
+        with caplog.at_level(logging.WARNING, logger="mrtpo.shared_prompt"):
+            runs[share] = train(tmp_path, share, model=model, **settings)
+        assert model.generation_config.cache_implementation == cache_implementation
+    assert runs[True]._shares_prompt
+    assert_same_run(runs[True], runs[False])
+    line = "cache_implementation='static' (set in the model's generation_config)"
+    assert caplog.text.count(line) == (cache_implementation == "static")
+
+
 def test_reference_model_on_another_attention_falls_back_before_installing(tmp_path, caplog):
     # The policy passed on sdpa; TRL loads the reference from its folder with
     # `model_init_kwargs`, here on eager attention, which shared prompts do not serve.

@@ -34,10 +34,11 @@ their groups together) and generating with one prefill per prompt
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -52,6 +53,9 @@ PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 # transformers' RoPE types whose frequencies are recomputed from the largest position id
 LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
 _IGNORE = -100  # the label that TRL's fused head does not score
+# cache_implementation values that transformers' generate (5.x) unsets, building its default
+# dynamic cache instead: checkpoints with sliding-window layers used to ship "hybrid" (Gemma's)
+UNSET_BY_GENERATE = frozenset({"hybrid"})
 
 logger = logging.getLogger(__name__)
 
@@ -492,24 +496,31 @@ def generate_with_shared_prefill(
     distinct prompt's tokens but its last run once; the cache is copied to the prompt's rows and
     ``generate`` continues from it, computing the last prompt token for every row, so sampling
     starts from the same (B, V) logits as plain ``generate``. Returns what ``generate``
-    returns, e.g. (B, P + new tokens). Plain ``generate`` when no two rows share a prompt, for
-    one-token prompts, when ``generate`` would expand the batch itself (beams or
-    ``num_return_sequences``), or when a ``cache_implementation`` other than ``"dynamic"`` asks
-    ``generate`` for a cache of its own kind (``"static"``...; logged once). ``"dynamic"`` is
-    the prefill's own kind of cache, so it is honoured by handing that cache on.
+    returns, e.g. (B, P + new tokens).
+
+    Plain ``generate`` when no two rows share a prompt, for one-token prompts, when
+    ``generate`` would expand the batch itself (beams or ``num_return_sequences``), or when a
+    ``cache_implementation`` other than ``"dynamic"`` asks ``generate`` for a cache of its own
+    kind (``"static"``, ``"offloaded"``...; logged once per value; ``"hybrid"``, which
+    ``generate`` drops for its default dynamic cache, counts as unset). Each setting is read where
+    ``generate`` reads it (``generation_setting``): the call's keyword, then the generation
+    config passed, then the model's own ``generation_config``. ``"dynamic"`` is the prefill's
+    own kind of cache, so it is honoured by handing that cache on, with the setting cleared
+    for that call wherever it was set (``generate`` refuses a cache beside a
+    ``cache_implementation``).
     """
     generate = getattr(model.generate, "without_shared_prefill", model.generate)
+    base = _pretrained(model)
     sizes = prompt_groups(input_ids, attention_mask)
-    config = generate_kwargs.get("generation_config") or _pretrained(model).generation_config
     expands = any(
-        (generate_kwargs.get(name) or getattr(config, name, None) or 1) > 1
+        (generation_setting(base, generate_kwargs, name)[0] or 1) > 1
         for name in ("num_beams", "num_return_sequences")
     )
-    implementation = generate_kwargs.get(
-        "cache_implementation", getattr(config, "cache_implementation", None)
-    )
+    implementation, source = generation_setting(base, generate_kwargs, "cache_implementation")
+    if implementation in UNSET_BY_GENERATE:
+        implementation = None
     if implementation not in (None, "dynamic"):
-        _log_plain_generation(implementation)
+        _log_plain_generation(implementation, source)
     if (
         max(sizes, default=1) == 1
         or input_ids.size(1) < 2
@@ -517,11 +528,6 @@ def generate_with_shared_prefill(
         or implementation not in (None, "dynamic")
     ):
         return generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)
-    if implementation == "dynamic":  # generate refuses a cache beside a cache_implementation
-        config = copy.deepcopy(config)
-        config.cache_implementation = None
-        generate_kwargs = {**generate_kwargs, "generation_config": config}
-        generate_kwargs.pop("cache_implementation", None)
     sizes_t = torch.tensor(sizes, device=input_ids.device)
     first_rows = torch.cumsum(sizes_t, 0) - sizes_t
     prefix_mask = attention_mask[first_rows, :-1]
@@ -537,10 +543,69 @@ def generate_with_shared_prefill(
     cache = getattr(prefill, "cache", None) or prefill.past_key_values
     groups = torch.arange(len(sizes), device=input_ids.device)
     cache.batch_select_indices(torch.repeat_interleave(groups, sizes_t))
-    keyword = cache_keyword(_pretrained(model))
-    return generate(
-        input_ids=input_ids, attention_mask=attention_mask, **{keyword: cache}, **generate_kwargs
-    )
+    keyword = cache_keyword(base)
+    generate_kwargs = _without_cache_implementation(generate_kwargs)
+    with _model_config_without_cache_implementation(base):
+        return generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            **{keyword: cache},
+            **generate_kwargs,
+        )
+
+
+def generation_setting(model: Any, generate_kwargs: dict[str, Any], name: str) -> tuple[Any, str]:
+    """The value of generation setting ``name`` that ``model.generate(**generate_kwargs)``
+    would use, and where it was set: the call's keyword (``"the call"``), else the
+    ``generation_config`` passed (``"the generation config passed"``), else the model's own
+    ``generation_config`` (``"the model's generation_config"``); ``(None, "nowhere")`` when
+    none sets it. transformers fills the passed config's unset (None) fields from the model's
+    own; a checkpoint's ``generation_config.json`` can set any of them (Gemma's ship
+    ``cache_implementation="hybrid"``).
+
+    model: the transformers model whose ``generate`` runs (unwrapped, see ``_pretrained``).
+    """
+    if generate_kwargs.get(name) is not None:
+        return generate_kwargs[name], "the call"
+    passed = generate_kwargs.get("generation_config")
+    if getattr(passed, name, None) is not None:
+        return getattr(passed, name), "the generation config passed"
+    own = getattr(getattr(model, "generation_config", None), name, None)
+    if own is not None:
+        return own, "the model's generation_config"
+    return None, "nowhere"
+
+
+def _without_cache_implementation(generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``generate_kwargs`` with no ``cache_implementation`` in the call or in the config passed
+    (a copy of it: the caller's config is left as it is)."""
+    generate_kwargs = {
+        key: value for key, value in generate_kwargs.items() if key != "cache_implementation"
+    }
+    passed = generate_kwargs.get("generation_config")
+    if getattr(passed, "cache_implementation", None) is not None:
+        passed = copy.deepcopy(passed)
+        passed.cache_implementation = None
+        generate_kwargs["generation_config"] = passed
+    return generate_kwargs
+
+
+@contextlib.contextmanager
+def _model_config_without_cache_implementation(model: Any) -> Iterator[None]:
+    """For one ``generate`` call that is handed a cache: the model's own ``generation_config``
+    swapped for a copy without ``cache_implementation`` (``generate`` fills a passed config's
+    unset fields from it, and would refuse the cache beside it), put back afterwards."""
+    own = getattr(model, "generation_config", None)
+    if getattr(own, "cache_implementation", None) is None:
+        yield
+        return
+    swapped = copy.deepcopy(own)
+    swapped.cache_implementation = None
+    model.generation_config = swapped
+    try:
+        yield
+    finally:
+        model.generation_config = own
 
 
 def install_shared_prefill(model: torch.nn.Module) -> None:
@@ -585,9 +650,10 @@ _CACHE_NAMES = ("cache", "past_key_values")
 
 
 @functools.cache
-def _log_plain_generation(cache_implementation: str) -> None:
+def _log_plain_generation(cache_implementation: str, source: str) -> None:
     logger.warning(
-        "share_prompt: generating without the shared prefill: cache_implementation=%r builds "
-        "a cache of its own kind (the prefill's cache is a dynamic one)",
+        "share_prompt: generating without the shared prefill: cache_implementation=%r (set in "
+        "%s) builds a cache of its own kind (the prefill's cache is a dynamic one)",
         cache_implementation,
+        source,
     )
