@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.metadata
+import json
 import os
 import threading
 from types import SimpleNamespace
@@ -260,3 +261,76 @@ def test_untrained_token_ids_finds_zero_and_twin_rows_only():
     fresh, _ = tiny_model_and_tokenizer(seed=0)
     # Row 0 is the padding row, zero by construction: untrained, rightly reported.
     assert models.untrained_token_ids(fresh, range(len(fresh.get_input_embeddings().weight))) == [0]
+
+
+# ---------------------------------------------------------------------- sharded saves (#46)
+
+
+def sharded_save(folder, seed: int = 0) -> list[str]:
+    """The tiny model and tokenizer saved in shards of at most 100 kB, as `save_pretrained`
+    writes a large model: an index and its shards, no `model.safetensors`. Returns the shards."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=seed)
+    model.save_pretrained(folder, max_shard_size="100KB")
+    tokenizer.save_pretrained(folder)
+    assert not (folder / "model.safetensors").exists()
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 2 and all((folder / shard).is_file() for shard in shards), shards
+    return shards
+
+
+def test_a_sharded_cache_is_not_converted_again_and_a_missing_shard_is(tmp_path, monkeypatch):
+    """A converted model saved in shards counts as complete when every shard its index names
+    is there; with one shard gone, it is converted again and replaced whole."""
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    conversions = []
+
+    def dequantized(name, scratch):
+        conversions.append(name)
+        return tiny_model_and_tokenizer(seed=3)
+
+    monkeypatch.setattr(models, "dequantized_embedded", dequantized)
+    folder = tmp_path / models.DEFAULT_MODEL
+    shards = sharded_save(folder, seed=0)
+
+    for _ in range(2):
+        assert models.embedded_model_dir(models.DEFAULT_MODEL) == folder
+    assert conversions == []
+    model, _ = models.load_model(models.DEFAULT_MODEL)
+    reference, _ = tiny_model_and_tokenizer(seed=0)
+    torch.testing.assert_close(model.state_dict(), reference.state_dict())
+
+    (folder / shards[1]).unlink()
+    assert models.embedded_model_dir(models.DEFAULT_MODEL) == folder
+    assert conversions == [models.DEFAULT_MODEL]
+    assert (folder / "model.safetensors").is_file()
+    assert not (folder / "model.safetensors.index.json").exists()  # the old save is gone whole
+    model, _ = models.load_model(models.DEFAULT_MODEL)
+    converted, _ = tiny_model_and_tokenizer(seed=3)
+    torch.testing.assert_close(model.state_dict(), converted.state_dict())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".{models.DEFAULT_MODEL}.lock",
+        models.DEFAULT_MODEL,
+    ]  # nothing moved aside is left behind
+
+
+def test_a_local_sharded_folder_loads_and_one_missing_a_shard_is_refused(tmp_path):
+    shards = sharded_save(tmp_path / "model")
+    assert models.resolve_model_path(tmp_path / "model") == str(tmp_path / "model")
+    (tmp_path / "model" / shards[0]).unlink()
+    with pytest.raises(ValueError, match=rf"is incomplete: .* names {shards[0]}, which"):
+        models.resolve_model_path(tmp_path / "model")
+    (tmp_path / "model" / "model.safetensors.index.json").write_text('{"metadata": {}}')
+    with pytest.raises(ValueError, match="has no weight_map naming the shard files"):
+        models.resolve_model_path(tmp_path / "model")
+
+
+def test_missing_weight_files_names_each_absent_shard(tmp_path):
+    shards = sharded_save(tmp_path)
+    assert models.missing_weight_files(tmp_path) == []
+    for shard in shards[::2]:
+        (tmp_path / shard).unlink()
+    assert models.missing_weight_files(tmp_path) == shards[::2]
+    (tmp_path / "model.safetensors.index.json").write_text("{")  # cut short
+    assert models.missing_weight_files(tmp_path) == ["model.safetensors.index.json"]
+    assert models.missing_weight_files(tmp_path / "absent") == ["model.safetensors"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import tempfile
@@ -96,6 +97,39 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
     "adapter_model.safetensors",
 )
+# A sharded save writes one of these beside its shards; its "weight_map" names, for every
+# weight, the shard file holding it (`model-00001-of-00003.safetensors`, ...).
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+SAFETENSORS_WEIGHTS, SAFETENSORS_INDEX = "model.safetensors", INDEX_FILES[0]  # what we save
+
+
+def shard_files(index: Path) -> list[str]:
+    """The shard files a sharded save's index (`*.index.json`) maps its weights to, sorted.
+
+    ValueError naming the index when it is not JSON with a non-empty "weight_map" of file names.
+    """
+    try:
+        weight_map = json.loads(Path(index).read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"{index} is not a readable weight index: {error}") from None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index} has no weight_map naming the shard files")
+    return sorted({str(file) for file in weight_map.values()})
+
+
+def missing_weight_files(folder: str | os.PathLike) -> list[str]:
+    """The weight files of the safetensors save in `folder` that are not there ([] when it is
+    complete): for a sharded save, every shard its index's weight_map names (or the index
+    itself when it cannot be read); otherwise `model.safetensors`."""
+    folder = Path(folder)
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        try:
+            shards = shard_files(index)
+        except ValueError:
+            return [SAFETENSORS_INDEX]
+        return [shard for shard in shards if not (folder / shard).is_file()]
+    return [] if (folder / SAFETENSORS_WEIGHTS).is_file() else [SAFETENSORS_WEIGHTS]
 
 
 def cache_root() -> Path:
@@ -265,7 +299,9 @@ def dequantized_embedded(name: str, scratch: Path) -> tuple[Any, Any]:
 
 
 def convert_embedded(destination: Path, name: str = DEFAULT_MODEL) -> Path:
-    """Dequantize embedded model `name`'s GGUF into a plain float32 folder at `destination`.
+    """Dequantize embedded model `name`'s GGUF into a plain float32 folder at `destination`,
+    unless it already holds every weight file of a save (`missing_weight_files`: a sharded save
+    counts when every shard its index names is there); an incomplete folder is replaced.
 
     Processes converting at once take turns on a lock file beside `destination`: the first
     converts, the others find its folder complete and return it (a minute of Qwen's
@@ -274,8 +310,17 @@ def convert_embedded(destination: Path, name: str = DEFAULT_MODEL) -> Path:
 
     destination.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(destination.parent / f".{destination.name}.lock"):
-        if (destination / "model.safetensors").is_file():
+        if not missing_weight_files(destination):
             return destination
+        if destination.exists():
+            # An incomplete folder (a shard deleted, a save from an older version): the new
+            # save's rename would keep it, taking it for another process's complete copy.
+            # Moved aside first, so a reader never sees a folder half removed.
+            aside = Path(
+                tempfile.mkdtemp(prefix=f".{destination.name}-old-", dir=destination.parent)
+            )
+            os.rename(destination, aside / destination.name)
+            shutil.rmtree(aside)
         with tempfile.TemporaryDirectory(prefix=".gguf-", dir=destination.parent) as scratch:
             model, tokenizer = dequantized_embedded(name, Path(scratch))
         return save_atomically(destination, model, tokenizer)
@@ -285,7 +330,7 @@ def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
     """The cached, converted embedded model (converted on first use: SmolLM2 about 15 s,
     Qwen2.5-Coder-0.5B about a minute)."""
     folder = cache_root() / embedded_model(name).name
-    if not (folder / "model.safetensors").is_file():
+    if missing_weight_files(folder):
         convert_embedded(folder, name)
     return folder
 
@@ -337,6 +382,14 @@ def resolve_model_path(name_or_path: str | os.PathLike) -> str:
             raise ValueError(
                 f"model_name_or_path {name!r} has no model weights (no {WEIGHT_FILES[0]})"
             )
+        for index in (index for index in INDEX_FILES if (path / index).is_file()):
+            # A sharded save: every shard its index names (an unreadable index raises).
+            missing = [shard for shard in shard_files(path / index) if not (path / shard).is_file()]
+            if missing:
+                raise ValueError(
+                    f"model_name_or_path {name!r} is incomplete: its {index} names "
+                    f"{', '.join(missing)}, which the folder lacks"
+                )
         return str(path)
     looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1
     if looks_local:
