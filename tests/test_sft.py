@@ -7,7 +7,7 @@ import torch
 import yaml
 from datasets import Dataset
 
-from mrtpo import cli, cold_start, tasks
+from mrtpo import cli, cold_start, models, tasks
 from mrtpo.commands import sft
 from mrtpo.generation import render_prompt_ids
 from mrtpo.models import load_model
@@ -441,7 +441,10 @@ def test_the_means_leave_out_rows_never_trained():
     torch.testing.assert_close(inputs[tags[0]], untouched[[opening[0], *opening[2:]]].mean(dim=0))
     trained = torch.ones(len(tokenizer), dtype=torch.bool)
     trained[[0, opening[1], *unused, *tags, plain, plain + 1]] = False
-    torch.testing.assert_close(inputs[plain], untouched[trained].mean(dim=0))
+    # The mean and spread of the trained rows only, plus the token's own seeded draw.
+    draw = torch.randn(inputs.shape[1], generator=torch.Generator().manual_seed(plain))
+    offset = cold_start.PIECELESS_OFFSET_SCALE * untouched[trained].std(dim=0) * draw
+    torch.testing.assert_close(inputs[plain], untouched[trained].mean(dim=0) + offset)
 
 
 def test_fit_accepts_a_bf16_model_and_still_refuses_a_bias():
@@ -461,3 +464,29 @@ def test_fit_accepts_a_bf16_model_and_still_refuses_a_bias():
     for before, after in figures.values():
         assert after > before + 5.0, figures
     assert model.get_output_embeddings().weight.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("method", ["fit", "mean"])
+def test_tokens_without_pieces_start_apart_and_alike_on_every_call(method):
+    """Two single characters, untrained twins, have no pieces of their own: each starts at the
+    trained rows' mean plus an offset seeded by its id, so they are no longer twins, and a
+    second initialization of the same model gives the very same rows."""
+    rows = []
+    for _ in range(2):
+        model, tokenizer, tags, dataset = model_with_released_tags()
+        braces = tokenizer.convert_tokens_to_ids(["{", "}"])
+        assert [cold_start.token_pieces(tokenizer, brace) for brace in braces] == [[], []]
+        inputs, outputs = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        with torch.no_grad():  # released as twins: one shared row in each matrix
+            inputs[braces[1]] = inputs[braces[0]]
+            outputs[braces[1]] = outputs[braces[0]]
+        assert models.untrained_token_ids(model, braces) == braces
+
+        cold_start.initialize_untrained_rows(model, tokenizer, dataset, [*tags, *braces], method)
+
+        assert models.untrained_token_ids(model, [*tags, *braces]) == []  # no twins left
+        spread = inputs.detach().std(dim=0)
+        gap = (inputs[braces[0]] - inputs[braces[1]]).detach().abs()
+        assert float((gap / spread).mean()) > 0.05, gap  # apart by a share of the rows' spread
+        rows.append((inputs[braces].detach().clone(), outputs[braces].detach().clone()))
+    assert torch.equal(rows[0][0], rows[1][0]) and torch.equal(rows[0][1], rows[1][1])

@@ -177,21 +177,47 @@ def token_pieces(tokenizer: Any, token_id: int) -> list[int]:
     return [piece for piece in pieces if piece != token_id]
 
 
+# A token without trained pieces of its own starts at the mean of the trained rows plus this
+# share of their per-coordinate standard deviation times a normal draw seeded by its id: the
+# mean alone would give every such token one row (twins again: the model could neither read
+# them apart nor write one rather than another, and `untrained_rows` would flag them still),
+# while a tenth of the spread keeps each one near the typical row, distinct even in bf16.
+PIECELESS_OFFSET_SCALE = 0.1
+
+
+def pieceless_offset(token_id: int, spread: torch.Tensor) -> torch.Tensor:
+    """The deterministic offset of a token without trained pieces from the trained rows' mean:
+    a standard normal vector drawn from a CPU generator seeded by `token_id` (the same on every
+    call and machine), times `PIECELESS_OFFSET_SCALE` times `spread` [d], the trained rows'
+    per-coordinate standard deviation."""
+    generator = torch.Generator().manual_seed(int(token_id))
+    draw = torch.randn(spread.shape, generator=generator, dtype=torch.float32)
+    return PIECELESS_OFFSET_SCALE * spread.float() * draw.to(spread.device)
+
+
 def own_rows(weight: torch.Tensor, pieces: dict[int, list[int]]) -> dict[int, torch.Tensor]:
     """Per token of `pieces` (token id -> its pieces' ids), a float32 row of `weight` [V, d] of
     its own: the mean of its pieces' rows that were trained, or, for a token without such
-    pieces, the mean of every trained row. Rows never trained (`untrained_rows`, and the tokens
-    being initialized) are left out of both means: a dozen copies of one unused vector would
-    pull the mean towards it."""
+    pieces (a single character), the mean of every trained row plus its `pieceless_offset`, so
+    that no two tokens start as one row. Rows never trained (`untrained_rows`, and the tokens
+    being initialized) are left out of the means and the spread: a dozen copies of one unused
+    vector would pull the mean towards it."""
     from mrtpo.models import untrained_rows
 
     trained = ~untrained_rows(weight)
     trained[list(pieces)] = False
     rows = {}
+    everything: tuple[torch.Tensor, torch.Tensor] | None = None  # (mean, std), computed once
     for token_id, ids in pieces.items():
         own = [piece for piece in ids if bool(trained[piece])]
-        chosen = weight[own] if own else weight[trained]
-        rows[token_id] = chosen.float().mean(dim=0)
+        if own:
+            rows[token_id] = weight[own].float().mean(dim=0)
+            continue
+        if everything is None:
+            spread, mean = torch.std_mean(weight[trained].float(), dim=0)
+            everything = mean, spread
+        mean, spread = everything
+        rows[token_id] = mean + pieceless_offset(token_id, spread)
     return rows
 
 
