@@ -863,9 +863,9 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
     policy = {}
     if state.model == "cold_start" and lane.model_path is None:  # rebuilt per machine: which one
         policy["cold_start_sha256"] = convergence.weights_digest(Path(policy_path(lane, state)))
-    info["sessions"].append(
-        {**_machine(lane), **engine(), **lane.precision, **lane.layout, **policy}
-    )
+    code = engine()
+    info["sessions"].append({**_machine(lane), **code, **lane.precision, **lane.layout, **policy})
+    settings = reference_settings(lane, code["commit"], policy.get("cold_start_sha256"))
     info["batches"] = lane.batches
     _write_json(lane.folder / RUN_FILE, record)
 
@@ -888,19 +888,23 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         spend("sample", started)
 
     path = reference_path(lane, lane.lane)
-    partial = torch.load(path) if path.is_file() else {"batches": [], "sums": {}}
+    partial = {"batches": [], "sums": {}, "settings": settings, "samples": {}}
+    if path.is_file():
+        partial = torch.load(path)
+        check_part(partial, path, lane, settings)
     for batch in lane.mine():
         if batch in partial["batches"]:
             continue
         started = time.process_time()
         reference_pass(trainer, _read_json(sample_path(lane, batch)), lane.layout, partial["sums"])
         partial["batches"].append(batch)
+        partial["samples"][batch] = file_digest(sample_path(lane, batch))
         torch.save(partial, path.with_name(path.name + ".tmp"))
         os.replace(path.with_name(path.name + ".tmp"), path)
         spend("reference", started)
 
     del partial  # this lane's sums: 7.6 GB for the 0.5B model, not needed beside the totals
-    totals = wait_for_totals(lane, poll_seconds)
+    totals = wait_for_totals(lane, poll_seconds, settings)
     for batch in lane.mine():
         if measure_path(lane, batch).is_file():
             continue
@@ -917,10 +921,12 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         spend("measure", started)
 
 
-def wait_for_totals(lane: Lane, poll_seconds: float) -> dict[str, Any]:
+def wait_for_totals(lane: Lane, poll_seconds: float, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The sum over all lanes' reference parts, once every mini-batch is in one: summed once
     into `reference-total.pt` (each lane writes the same sum, atomically) and memory-mapped,
-    so the lanes share its pages instead of each holding a copy."""
+    so the lanes share its pages instead of each holding a copy. Every part is checked against
+    this run's `settings` (`check_part`); the total is reused only if it was summed from these
+    parts (their settings and samples), else summed again."""
     import torch
 
     total_path = lane.folder / CHECKPOINTS / "reference-total.pt"
@@ -928,23 +934,105 @@ def wait_for_totals(lane: Lane, poll_seconds: float) -> dict[str, Any]:
         partials = [reference_path(lane, i) for i in range(lane.lanes)]
         if all(p.is_file() for p in partials):
             loaded = [torch.load(p, mmap=True) for p in partials]
+            for path, part in zip(partials, loaded, strict=True):
+                check_part(part, path, lane, settings)
             done = sorted(b for part in loaded for b in part["batches"])
             if done == list(range(lane.batches)):
                 if len(loaded) == 1:
                     return loaded[0]["sums"]
-                if not total_path.is_file():
+                made_of = {"settings": dict(settings), "samples": {}}
+                for part in loaded:
+                    made_of["samples"].update(part["samples"])
+                total = torch.load(total_path, mmap=True) if total_path.is_file() else {}
+                if {k: total.get(k) for k in made_of} != made_of:  # absent, or of other parts
                     totals: dict[str, Any] = {}
                     for part in loaded:
                         for name, vector in part["sums"].items():
                             totals[name] = totals.get(name, 0) + vector
                     temporary = total_path.with_name(f"{total_path.name}.{lane.lane}.tmp")
-                    torch.save(totals, temporary)
+                    torch.save({**made_of, "sums": totals}, temporary)
                     del totals
                     os.replace(temporary, total_path)
-                del loaded
-                return torch.load(total_path, mmap=True)
+                del loaded, total
+                return torch.load(total_path, mmap=True)["sums"]
         time.sleep(poll_seconds)
         lane.waited += poll_seconds
+
+
+# ----------------------------------------------------------------------------- resuming
+
+# The settings a sample's passes must share, kept in each reference part (and the total): the
+# code, the policy, and the flags that make the computation (precision, storage of the
+# references in the measure pass, layout, lanes). A resume with another value is refused. The
+# threads and the machine are not among them: they change only the rounding, and a lane may
+# resume on another machine. The sample files are checked by their digests, per mini-batch.
+FLAGS = {"bf16": "--bf16", "store_dtype": "--store_dtype", "lanes": "--lanes",
+         "rows_per_forward": "--rows_per_forward", "recompute": "--recompute"}  # fmt: skip
+
+
+def reference_settings(lane: Lane, commit: str | None, cold_start: str | None) -> dict[str, Any]:
+    policy = cold_start or lane.model_path or STATES[lane.state_name].model
+    flags = {name: getattr(lane, name) for name in FLAGS}
+    return {"commit": commit, "code_sha256": code_digest(), "policy": policy, **flags}
+
+
+def code_digest() -> str:
+    """sha256 of this script and the mrtpo package's sources: the code, committed or not."""
+    import hashlib
+
+    import mrtpo
+
+    package = Path(mrtpo.__file__).resolve().parent
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_part(
+    part: Mapping[str, Any], path: Path, lane: Lane, settings: Mapping[str, Any]
+) -> None:
+    """Refuse a reference part made with other settings than `settings`, or from another
+    sample file than the one now in the folder, naming the setting and how to go on."""
+    checkpoints = lane.folder / CHECKPOINTS
+    redo = f"or delete {checkpoints} to redo the reference pass"
+    stored = part.get("settings")
+    if stored is None:
+        raise SystemExit(f"{path} was written before the settings were kept with it: {redo[3:]}")
+    for name, new in settings.items():
+        old = stored.get(name)
+        if old == new:
+            continue
+        if name in FLAGS:
+            flag = FLAGS[name]
+            same = f"pass {flag}" if old is True else f"pass {flag} {old}"
+            how = f"leave out {flag}" if old in (False, None) else same
+            how += " as the reference pass did"
+        elif name == "commit":
+            how = f"run from a checkout of {old} (git worktree add --detach DIR {old})"
+        elif name == "code_sha256":
+            how = "run with the code as it was (src/mrtpo or this script changed, uncommitted)"
+        else:
+            how = f"run with the policy the reference pass used ({old})"
+        raise SystemExit(
+            f"{path}: made with {name} = {old!r}, this run has {name} = {new!r}: to resume, "
+            f"{how}; {redo} with {name} = {new!r}"
+        )
+    for batch in part["batches"]:
+        sample = sample_path(lane, batch)
+        now = file_digest(sample) if sample.is_file() else "missing"
+        if part["samples"].get(batch) != now:
+            raise SystemExit(
+                f"{path}: mini-batch {batch}'s sample {sample} is not the one its reference part "
+                f"was made from (sha256 {part['samples'].get(batch)}, now {now}): restore that "
+                f"file, {redo}"
+            )
 
 
 def engine() -> dict[str, Any]:

@@ -330,17 +330,105 @@ def test_the_committed_report_regenerates_from_the_committed_files(tmp_path):
 
 def test_lanes_share_one_summed_reference(tmp_path):
     lanes = [uq.Lane(tmp_path, "smollm2_tool_calling", "pilot", 3, i, 2) for i in range(2)]
-    parts = {0: {"batches": [0, 2], "sums": {"ref/a": torch.tensor([1.0, 2.0])}},
-             1: {"batches": [1], "sums": {"ref/a": torch.tensor([0.5, -4.0])}}}  # fmt: skip
-    for i, part in parts.items():
-        path = uq.reference_path(lanes[0], i)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(part, path)
-    totals = uq.wait_for_totals(lanes[1], poll_seconds=0.01)
+    settings = uq.reference_settings(lanes[0], "abc", None)
+    for b in range(3):
+        uq._write_json(uq.sample_path(lanes[0], b), {"batch": b})
+    digests = {b: uq.file_digest(uq.sample_path(lanes[0], b)) for b in range(3)}
+
+    def part(batches: list[int], values: list[float], made_with: dict = settings) -> dict:
+        samples = {b: digests[b] for b in batches}
+        return {"batches": batches, "sums": {"ref/a": torch.tensor(values)},
+                "settings": made_with, "samples": samples}  # fmt: skip
+
+    (lanes[0].folder / uq.CHECKPOINTS).mkdir()
+    for i, stored in {0: part([0, 2], [1.0, 2.0]), 1: part([1], [0.5, -4.0])}.items():
+        torch.save(stored, uq.reference_path(lanes[0], i))
+    totals = uq.wait_for_totals(lanes[1], 0.01, settings)
     torch.testing.assert_close(totals["ref/a"], torch.tensor([1.5, -2.0]))
-    assert (lanes[0].folder / uq.CHECKPOINTS / "reference-total.pt").is_file()
-    again = uq.wait_for_totals(lanes[0], poll_seconds=0.01)  # the other lane reads the file
+    total_path = lanes[0].folder / uq.CHECKPOINTS / "reference-total.pt"
+    written = total_path.stat().st_mtime_ns
+    again = uq.wait_for_totals(lanes[0], 0.01, settings)  # the other lane reads the file
     torch.testing.assert_close(again["ref/a"], torch.tensor([1.5, -2.0]))
+    assert total_path.stat().st_mtime_ns == written  # current: reused, not summed again
+    # The parts redone with a new commit (their files deleted, the total's not): summed again.
+    newer = uq.reference_settings(lanes[0], "def", None)
+    for i, stored in {0: part([0, 2], [1.0, 2.0], newer), 1: part([1], [0.0, 1.0], newer)}.items():
+        torch.save(stored, uq.reference_path(lanes[0], i))
+    again = uq.wait_for_totals(lanes[0], 0.01, newer)
+    torch.testing.assert_close(again["ref/a"], torch.tensor([1.0, 3.0]))
+    with pytest.raises(SystemExit, match="made with commit = 'def', this run has commit = 'abc'"):
+        uq.wait_for_totals(lanes[1], 0.01, settings)  # a lane still on the old commit
+    # A sample file changed under a finished part: refused, naming the mini-batch.
+    uq._write_json(uq.sample_path(lanes[0], 2), {"batch": 2, "regenerated": True})
+    with pytest.raises(SystemExit, match="mini-batch 2's sample .* is not the one"):
+        uq.wait_for_totals(lanes[0], 0.01, newer)
+
+
+@pytest.fixture(scope="module")
+def resumable(tmp_path_factory):
+    """A lane run to the end on the tiny model (2 mini-batches, one lane), to resume from."""
+    from mrtpo.testing import save_tiny
+
+    root = tmp_path_factory.mktemp("resume")
+    with pytest.MonkeyPatch.context() as patch:
+        _toy_state(patch)
+        model = save_tiny(root / "tiny", seed=3)
+        lane = uq.Lane(root / "results", "toy", "pilot", batches=2, model_path=str(model))
+        uq.run_lane(lane, poll_seconds=0.01)
+    return lane
+
+
+def _toy_state(patch) -> None:
+    from mrtpo import tasks
+
+    patch.setitem(uq.STATES, "toy", STATE)
+    toy = SimpleNamespace(
+        verifiers=TASK.verifiers, load=lambda split, path=None: toy_dataset(num_prompts=16)
+    )
+    patch.setattr(tasks, "get", lambda name: toy)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"bf16": True}, "bf16 = False, this run has bf16 = True: to resume, leave out --bf16"),
+        ({"store_dtype": "bfloat16"}, "store_dtype = 'float32', this run has store_dtype = "
+         "'bfloat16': to resume, pass --store_dtype float32"),
+        ({"rows_per_forward": 4}, "rows_per_forward = None, this run has rows_per_forward = 4: "
+         "to resume, leave out --rows_per_forward"),
+        ({"recompute": True}, "recompute = False, this run has recompute = True"),
+        ({"lanes": 2}, "lanes = 1, this run has lanes = 2: to resume, pass --lanes 1"),
+        ("policy", "policy = '.*tiny', this run has policy = '.*other'"),
+        ("commit", "commit = '[0-9a-f]{40}', this run has commit = 'f00'"),
+        ("code", "code_sha256 = '[0-9a-f]{64}', this run has code_sha256 = 'edited'"),
+        ("sample", "mini-batch 1's sample .*batch001.json is not the one"),
+    ],
+)  # fmt: skip
+def test_a_resume_with_other_settings_is_refused_naming_the_setting(
+    resumable, tmp_path, monkeypatch, change, named
+):
+    _toy_state(monkeypatch)
+    shutil.copytree(resumable.results, tmp_path / "results")
+    fields = {**vars(resumable), "results": tmp_path / "results"}
+    if change == "commit":
+        monkeypatch.setattr(uq, "engine", lambda: {"commit": "f00", "uncommitted_changes": False})
+    elif change == "code":
+        monkeypatch.setattr(uq, "code_digest", lambda: "edited")
+    elif change == "policy":
+        from mrtpo.testing import save_tiny
+
+        fields["model_path"] = str(save_tiny(tmp_path / "other", seed=4))
+    elif change == "sample":
+        path = uq.sample_path(uq.Lane(**fields), 1)
+        path.write_text(path.read_text().replace('"seed": ', '"seed": 1'))
+    else:
+        fields.update(change)
+    lane = uq.Lane(**fields)
+    with pytest.raises(SystemExit, match=named) as refused:
+        uq.run_lane(lane, poll_seconds=0.01)
+    assert f"or delete {lane.folder / uq.CHECKPOINTS} to redo the reference pass" in str(
+        refused.value
+    )
 
 
 def test_bf16_autocast_keeps_the_direction(tmp_path):
@@ -402,14 +490,9 @@ def test_run_lane_end_to_end_leaves_each_batch_out_and_resumes(tmp_path, monkeyp
     """The runner as the benchmark runs it (sample, reference pass, measure pass, run.json) on
     the tiny model and the toy task: each mini-batch's reference is the other one's part, and
     a rerun resumes without redoing a finished pass."""
-    from mrtpo import tasks
     from mrtpo.testing import save_tiny
 
-    monkeypatch.setitem(uq.STATES, "toy", STATE)
-    toy = SimpleNamespace(
-        verifiers=TASK.verifiers, load=lambda split, path=None: toy_dataset(num_prompts=16)
-    )
-    monkeypatch.setattr(tasks, "get", lambda name: toy)
+    _toy_state(monkeypatch)
     model = save_tiny(tmp_path / "tiny", seed=3)
     lane = uq.Lane(tmp_path / "results", "toy", "pilot", batches=2, model_path=str(model))
     uq.run_lane(lane, poll_seconds=0.01)
