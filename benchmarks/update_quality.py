@@ -562,17 +562,18 @@ def batch_gradients(
     GROUP_SIZE; default all). Each forward serves every loss (`MeasuringTrainer`), one backward
     each, the directions summed over the forwards (memory: one gradient per entry); with
     `recompute`, each entry runs its own forwards instead (memory: one gradient; time: a
-    forward per entry and chunk).
+    forward per entry and chunk). Chunks need a loss whose chunks add up (TRL's
+    LOSS_SUMS_OVER_TOKENS); any other loss type is measured on the whole batch.
     """
-    if trainer.loss_type not in LOSS_SUMS_OVER_TOKENS:
-        raise ValueError(
-            f"loss_type {trainer.loss_type!r}: the measurement cuts a batch into chunks whose "
-            f"losses add up, as TRL's {', '.join(LOSS_SUMS_OVER_TOKENS)} losses do"
-        )
     rows = inputs["completion_ids"].shape[0]
     step = rows_per_forward or rows
     if step % GROUP_SIZE:
         raise ValueError(f"rows_per_forward must hold whole groups of {GROUP_SIZE}, got {step}")
+    if step < rows and trainer.loss_type not in LOSS_SUMS_OVER_TOKENS:
+        raise ValueError(
+            f"loss_type {trainer.loss_type!r}: rows_per_forward cuts a batch into chunks whose "
+            f"losses must add up, as TRL's {', '.join(LOSS_SUMS_OVER_TOKENS)} losses do"
+        )
     trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation
     chunks = [slice(start, start + step) for start in range(0, rows, step)]
     model = trainer.model
@@ -1513,10 +1514,144 @@ def write_report(results: Path = RESULTS) -> Path:
         lines.append("")
     if plot_cosines(measures, results / "cosines.png"):
         lines += ["![cosines](cosines.png)", ""]
+    if measures:
+        lines += exploratory_section(results, measures)
     lines += ["## Cost", "", cost_table(results), ""]
     path = results / "README.md"
     path.write_text("\n".join(lines))
     return path
+
+
+# ----------------------------------------------------------------------------- exploratory
+
+# Not in the plan: what the results page reads beyond the pre-registered tests, from the
+# committed samples (token ids, rewards) and measures, so that every number it quotes is printed.
+EXPLORATORY_CONTRASTS = (("shuffled(0.5)", "gdpo"), ("mrtpo(1)", "mrtpo(0.5)"))
+
+
+def load_samples(results: Path, state: str, sample: str) -> dict[int, dict[str, Any]]:
+    folder = sample_dir(results, state, sample) / "samples"
+    return {int(p.stem[len("batch") :]): _read_json(p) for p in sorted(folder.glob("batch*.json"))}
+
+
+def _capped(record: Mapping[str, Any], state: str) -> list[bool]:
+    """Per response: whether it stopped at the state's completion cap (no end token before)."""
+    cap = STATES[state].max_completion_length
+    return [len(ids) >= cap for ids in record["completion_ids"]]
+
+
+def _count(k: int, n: int) -> str:
+    return f"{k} of {n} ({k / n:.1%})" if n else "–"
+
+
+def sample_tables(results: Path) -> list[str]:
+    """The responses at the completion cap, the prompts' length, and per reward its mean and
+    how many responses earn it (score > 0) among those at the cap and those that finish."""
+    lengths = [
+        "| state | sample | responses | at the cap | mean prompt tokens |",
+        "|---|---|---|---|---|",
+    ]
+    rewards = ["| state | sample | reward | mean | earned at the cap | earned, finished |"]
+    rewards.append("|---|---|---|---|---|---|")
+    for state in STATES:
+        for sample in SAMPLES:
+            records = list(load_samples(results, state, sample).values())
+            if not records:
+                continue
+            capped = np.array([c for r in records for c in _capped(r, state)])
+            scores = np.array([row for r in records for row in r["rewards"]], dtype=float)
+            prompts = np.mean([len(ids) for r in records for ids in r["prompt_ids"]])
+            cap = (
+                f"{_count(int(capped.sum()), len(capped))} at {STATES[state].max_completion_length}"
+            )
+            lengths.append(f"| {state} | {sample} | {len(capped)} | {cap} | {prompts:.0f} |")
+            for k, name in enumerate(records[0]["reward_names"]):
+                earned = np.nan_to_num(scores[:, k]) > 0
+                at_cap, finished = earned[capped], earned[~capped]
+                rewards.append(
+                    f"| {state} | {sample} | {name} | {np.nanmean(scores[:, k]):.2f} | "
+                    f"{_count(int(at_cap.sum()), len(at_cap))} | "
+                    f"{_count(int(finished.sum()), len(finished))} |"
+                )
+    return ["\n".join(lengths), "", "\n".join(rewards)]
+
+
+def per_batch_table(measures: Mapping[str, Any]) -> str:
+    """Each primary contrast's cosine difference on each mini-batch, in order."""
+    lines = [
+        "| state | sample | contrast | per mini-batch | range | above 0 |",
+        "|---|" * 1 + "---|" * 5,
+    ]
+    for state, samples in measures.items():
+        for sample in SAMPLES:
+            if sample not in samples:
+                continue
+            values = per_estimator(samples[sample])
+            for first, second in PRIMARY_CONTRASTS:
+                d = np.subtract(values[first]["cosine"], values[second]["cosine"])
+                cells = [state, sample, f"{first} - {second}", " ".join(f"{x:+.3f}" for x in d)]
+                cells += [f"{d.min():+.3f} to {d.max():+.3f}", f"{int((d > 0).sum())} of {len(d)}"]
+                lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def relative_table(measures: Mapping[str, Any]) -> str:
+    """Per estimator, its mean gain of the clipped step and mean gradient norm against gdpo's."""
+    lines = ["| state | sample | against gdpo's | " + " | ".join(ESTIMATORS) + " |"]
+    lines.append("|---|---|---|" + "---:|" * len(ESTIMATORS))
+    for state, samples in measures.items():
+        for sample in SAMPLES:
+            if sample not in samples:
+                continue
+            values = per_estimator(samples[sample])
+            for measure, label, form in (("gain", "gain", "{:+.0%}"), ("norm", "norm", "{:.2f}x")):
+                base = np.mean(values["gdpo"][measure])
+                shift = -1 if measure == "gain" else 0
+                cells = [form.format(np.mean(v[measure]) / base + shift) for v in values.values()]
+                lines.append(f"| {state} | {sample} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def capped_correlation(results: Path, measures: Mapping[str, Any]) -> str:
+    """Pearson r, over every measured mini-batch (pilot and main), between the share of its
+    responses at the cap and mrtpo(0.5) - gdpo."""
+    lines = ["| state | mini-batches (pilot and main) | Pearson r |", "|---|---|---|"]
+    for state, samples in measures.items():
+        shares, differences = [], []
+        for sample in SAMPLES:
+            records = samples.get(sample, [])
+            sampled = load_samples(results, state, sample)
+            values = per_estimator(records) if records else {}
+            for i, record in enumerate(records):
+                if record["batch"] in sampled:
+                    shares.append(float(np.mean(_capped(sampled[record["batch"]], state))))
+                    differences.append(
+                        values["mrtpo(0.5)"]["cosine"][i] - values["gdpo"]["cosine"][i]
+                    )
+        if len(shares) > 2 and np.std(shares) > 0 and np.std(differences) > 0:
+            r = float(np.corrcoef(shares, differences)[0, 1])
+            lines.append(f"| {state} | {len(shares)} | {r:+.2f} |")
+    return "\n".join(lines)
+
+
+def exploratory_section(results: Path, measures: Mapping[str, Any]) -> list[str]:
+    lines = ["## Exploratory (not in the plan)", ""]
+    lines += ["Responses that stop at the completion cap, and who earns each reward:", ""]
+    lines += [*sample_tables(results), ""]
+    lines += ["Share at the cap against mrtpo(0.5) - gdpo, per mini-batch:", ""]
+    lines += [capped_correlation(results, measures), ""]
+    lines += ["The primary contrasts on each mini-batch (cosine differences):", ""]
+    lines += [per_batch_table(measures), ""]
+    lines += ["Mean gain of the clipped step and mean gradient norm against gdpo's:", ""]
+    lines += [relative_table(measures), ""]
+    tests = [
+        {"state": state, **test}
+        for state, samples in measures.items()
+        if "main" in samples
+        for test in contrast_tests(per_estimator(samples["main"]), EXPLORATORY_CONTRASTS)
+    ]
+    lines += ["Further contrasts on the main sample (uncorrected):", ""]
+    return [*lines, contrast_table(tests, corrected=False), ""]
 
 
 # ----------------------------------------------------------------------------- command line

@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from trainer_toys import CPU_RUN, ContainsLetter, EvenLength, toy_dataset
 from transformers import TrainerCallback
 
-from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.testing import tiny_model, tiny_model_and_tokenizer, tiny_tokenizer
 from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -103,12 +104,29 @@ class _KeepBatch(MRTPOTrainer):
         return output
 
 
-@pytest.mark.parametrize("estimator", ["gdpo", "mrtpo"])
-def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator):
+def _ends_early(seed: int = 0):
+    """The tiny model with its own output layer and a bias towards the end token: most of its
+    responses end before the cap of 10 tokens, at different lengths, where each loss type's
+    normalizer (tokens of the batch, of each response, or the cap) gives another gradient."""
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(len(tokenizer), seed=seed, tied=False)
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tokenizer)))
+    with torch.no_grad():
+        model.lm_head.bias[tokenizer.eos_token_id] = 4.0
+    return model, tokenizer
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])  # TRL's default (the study's), and not
+@pytest.mark.parametrize("estimator", [*uq.RESPONSE_LEVEL, *uq.TOKEN_VARIANTS])
+def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator, loss_type):
     """One real `MRTPOTrainer` step (no clip) from the same weights, then the benchmark on the
     batch that step trained on: the same gradient, with the sign of an ascent direction."""
-    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    model, tokenizer = _ends_early()
     capture = _Capture()
+    if estimator in uq.RESPONSE_LEVEL:
+        switches = {"advantage_estimator": estimator}
+    else:
+        switches = {"advantage_estimator": "mrtpo", **uq.TOKEN_VARIANTS[estimator]}
     args = MRTPOConfig(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=16,
@@ -117,9 +135,10 @@ def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator):
         max_steps=1,
         learning_rate=1e-3,
         max_grad_norm=0.0,
-        advantage_estimator=estimator,
+        loss_type=loss_type,
         mrtpo_beta=1.0,
         mrtpo_warmup_steps=0,
+        **switches,
         **CPU_RUN,
     )
     step = _KeepBatch(
@@ -133,20 +152,35 @@ def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator):
     step.train()
     record = json.loads(json.dumps(step.kept))
     assert uq._varying_share(torch.tensor(record["rewards"])) > 0
+    lengths = [len(ids) for ids in record["completion_ids"]]
+    assert max(lengths) == 10 and min(lengths) < 5 and len(set(lengths)) >= 4, lengths
 
-    trainer = _trainer(tmp_path)  # the same seeded weights, untrained
+    model, tokenizer = _ends_early()  # the same seeded weights, untrained
+    trainer = uq.build_trainer(
+        model, tokenizer, TASK, toy_dataset(), STATE, tmp_path / "trainer", loss_type=loss_type
+    )
     inputs, scored = uq.batch_inputs(trainer, record)
     measured = uq.estimator_advantages(trainer, inputs, scored, batch=0)
+    coefficients = {estimator: measured[estimator]}
     vectors = {}
-    uq.batch_gradients(trainer, inputs, {estimator: measured[estimator]}, vectors.__setitem__)
+    uq.batch_gradients(trainer, inputs, coefficients, vectors.__setitem__)
     assert capture.grads.abs().max() > 1e-5
     torch.testing.assert_close(vectors[estimator], -capture.grads, rtol=1e-4, atol=1e-7)
-    # The same gradient a group per forward, and with one forward per direction.
+    # The loss type matters on these lengths: the other one's gradient is another.
+    other = {}
+    trainer.loss_type = {"dapo": "grpo", "grpo": "dapo"}[loss_type]
+    uq.batch_gradients(trainer, inputs, coefficients, other.__setitem__)
+    trainer.loss_type = loss_type
+    assert (other[estimator] - vectors[estimator]).norm() > 0.05 * vectors[estimator].norm()
+    # The same gradient a group per forward, and with one forward per direction; chunks only
+    # where their losses add up.
     for layout in ({"rows_per_forward": 4}, {"rows_per_forward": 8, "recompute": True}):
+        if loss_type not in uq.LOSS_SUMS_OVER_TOKENS:
+            with pytest.raises(ValueError, match="loss_type 'grpo': rows_per_forward cuts"):
+                uq.batch_gradients(trainer, inputs, coefficients, print, **layout)
+            continue
         chunked = {}
-        uq.batch_gradients(
-            trainer, inputs, {estimator: measured[estimator]}, chunked.__setitem__, **layout
-        )
+        uq.batch_gradients(trainer, inputs, coefficients, chunked.__setitem__, **layout)
         torch.testing.assert_close(chunked[estimator], vectors[estimator], rtol=1e-4, atol=1e-7)
 
 
@@ -252,27 +286,20 @@ def _synthetic(batch: int, gdpo: float, mrtpo: float, noise: float, cross: float
     }
 
 
+REPORT_FIXTURE = Path(__file__).resolve().parent / "data" / "update-quality-report"
+
+
 def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
-    for state, (gdpo, mrtpo) in {
-        "smollm2_tool_calling": (0.05, 0.09),
-        "qwen_sql": (0.05, 0.05),
-    }.items():
-        folder = tmp_path / state / "main" / "measures"
-        for b in range(12):
-            noise = 0.005 if state == "smollm2_tool_calling" else 0.0
-            cross = 3.0 if state == "smollm2_tool_calling" else 4.0  # qwen: gdpo's very step
-            record = _synthetic(b, gdpo, mrtpo, noise, cross)
-            uq._write_json(folder / f"batch{b:03d}.json", record)
-        uq._write_json(
-            tmp_path / state / uq.POWER_FILE,
-            {"pilot_batches": 8, "gdpo_mean_cosine": gdpo, "difference_mean": 0.0,
-             "difference_sd": 0.01, "effect": 0.01, "alpha": 0.05 / 6, "needed_batches": 12,
-             "cap": 40, "batches": 12, "power_at_batches": 0.8},
-        )  # fmt: skip
-    uq.record_plan(tmp_path)
-    first = uq.write_report(tmp_path).read_bytes()
-    assert uq.write_report(tmp_path).read_bytes() == first
-    text = first.decode()
+    """The report of a committed folder of results files (`_synthetic` measures of 12
+    mini-batches per state, samples of 6, power.json, plan.json, a run.json) is byte for byte
+    the README.md committed beside them, written when the report last changed on purpose: a
+    changed number, table or reading fails here. After an intended change of the report:
+    `python benchmarks/update_quality.py --results tests/data/update-quality-report --report`
+    (and delete the cosines.png it writes)."""
+    shutil.copytree(REPORT_FIXTURE, tmp_path, dirs_exist_ok=True)
+    expected = (REPORT_FIXTURE / "README.md").read_bytes()
+    assert uq.write_report(tmp_path).read_bytes() == expected
+    text = expected.decode()
     assert (tmp_path / "cosines.png").read_bytes()[:4] == b"\x89PNG"
     measures = uq.load_measures(tmp_path)
     values = uq.per_estimator(measures["smollm2_tool_calling"]["main"])
@@ -286,6 +313,21 @@ def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
     assert smol["gdpo"]["significant"] and smol["gdpo"]["test"]["mean"] > 0
     assert "the verifier's own information makes the step point further uphill" in text
     assert "**qwen_sql**: no effect on the step's direction detected" in text
+    # The samples' statistics, counted here from the fixture's files.
+    records = [
+        json.loads(p.read_text()) for p in sorted(REPORT_FIXTURE.glob("qwen_sql/main/samples/*"))
+    ]
+    capped = [len(ids) == 128 for r in records for ids in r["completion_ids"]]
+    earned = [row[0] > 0 for r in records for row in r["rewards"]]
+    at_cap = sum(e for e, c in zip(earned, capped, strict=True) if c)
+    finished = sum(e for e, c in zip(earned, capped, strict=True) if not c)
+    k, n = sum(capped), len(capped)
+    assert f"| qwen_sql | main | {n} | {k} of {n} ({k / n:.1%}) at 128 |" in text
+    assert (
+        f"| qwen_sql | main | a | {np.mean([r[0] for x in records for r in x['rewards']]):.2f} | "
+        f"{at_cap} of {k} ({at_cap / k:.1%}) | {finished} of {n - k} ({finished / (n - k):.1%}) |"
+        in text
+    )
 
 
 def test_an_interim_sample_scales_the_gain_by_the_planned_size(tmp_path):
@@ -318,10 +360,10 @@ def test_an_interim_sample_scales_the_gain_by_the_planned_size(tmp_path):
 
 def test_the_committed_report_regenerates_from_the_committed_files(tmp_path):
     """The report in the repository is what `--report` writes from the committed results files
-    (the git-ignored checkpoints and the samples are not read)."""
+    (the git-ignored checkpoints are not read)."""
     committed = Path(__file__).resolve().parents[1] / uq.RESULTS
     copy = tmp_path / "update-quality"
-    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns(uq.CHECKPOINTS, "samples"))
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns(uq.CHECKPOINTS))
     assert not list(copy.rglob("*.pt"))
     regenerated = uq.write_report(copy).read_text()
     assert regenerated == (committed / "README.md").read_text()
