@@ -3,13 +3,15 @@
 Beta, replay time and share of the step, the shares of rows and of contexts replayed, the share
 of rows the bounded normalization changed, each reward's replay distance over the pairs where it
 was replayed (mean and top-10% share), the reallocation ratio (what MRTPO moves over GDPO's
-part, `mrtpo/reallocation_ratio`) and, under SAW, each reward's weight and the weighted reward
-trained on go through TRL's `self._metrics`; TRL's completions table gets the advantages
+part, `mrtpo/reallocation_ratio`, infinite where GDPO's part is 0, and its two parts,
+`mrtpo/reallocation_rms` and `mrtpo/gdpo_advantage_rms`) and, under SAW, each reward's weight
+and the weighted reward trained on go through TRL's `self._metrics`; TRL's completions table gets the advantages
 trained on. A callback writes `metrics.jsonl` and `curves.png` (`mrtpo.logging_callbacks`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -18,12 +20,23 @@ from mrtpo import advantages
 from mrtpo.step_data import ScoredBatch, StepAdvantages
 
 TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
+# A run whose first this many generation batches (one per optimizer step with the defaults) have
+# no group whose rewards vary is warned about once: every advantage is 0, nothing is learned.
+SILENT_BATCHES_BEFORE_WARNING = 3
+
+logger = logging.getLogger("mrtpo.trainer")  # the trainer's logger: its warnings keep its name
 
 
 class MetricsMixin:
     """The metric methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`: they read TRL's
-    `_metrics`, `_logs`, `accelerator`, `args`, `model` and the reward functions, and the
-    trainer's `_weighting`; `log` wraps TRL's."""
+    `_metrics`, `_logs`, `accelerator`, `args`, `model`, `state` and the reward functions, and
+    the trainer's `_weighting`; `log` wraps TRL's."""
+
+    # Whether a training generation batch so far had a group whose rewards vary, how many had
+    # none, and whether the run was warned (`_watch_learning_signal`); set on the instance.
+    _signal_seen: bool = False
+    _silent_batches: int = 0
+    _warned_silent: bool = False
 
     def _log_trained_rewards(
         self,
@@ -50,6 +63,10 @@ class MetricsMixin:
         # From the gathered rewards: the same on every process, for every estimator.
         opposite = advantages.opposite_sign_rows(scored.rewards, group_size, eps)
         metrics["mrtpo/opposite_sign_rows_share"].append(opposite.float().mean().item())
+        varying = varying_groups(scored.rewards, group_size)
+        metrics["mrtpo/varying_groups"].append(varying.float().mean().item())
+        if self.model.training:
+            self._watch_learning_signal(scored.rewards, group_size, bool(varying.any()))
         if not self._weighting.per_step:
             return
         rewards = scored.rewards
@@ -58,6 +75,46 @@ class MetricsMixin:
         metrics["mrtpo/weighted_reward"].append(weighted.mean().item())
         metrics["mrtpo/weighted_reward_std"].append(
             weighted.std().item() if weighted.numel() > 1 else 0.0
+        )
+
+    def _watch_learning_signal(
+        self, rewards: torch.Tensor, group_size: int, any_varying: bool
+    ) -> None:
+        """Warn once when the first `SILENT_BATCHES_BEFORE_WARNING` training generation batches
+        have no group whose rewards vary: every advantage is then 0 and the run learns nothing,
+        most often because the model never produces the task's output format (every format
+        reward 0), which a supervised cold start teaches it. Quiet for good once a group varies.
+
+        rewards: the (N, K) gathered rewards of this batch (the same on every process).
+        """
+        if self._signal_seen or self._warned_silent:
+            return
+        if any_varying:
+            self._signal_seen = True
+            return
+        self._silent_batches += 1
+        if self._silent_batches < SILENT_BATCHES_BEFORE_WARNING:
+            return
+        self._warned_silent = True
+        if not self.accelerator.is_main_process:
+            return
+        means = torch.nanmean(rewards.float(), dim=0).tolist()
+        rewards_seen = ", ".join(
+            f"{name} {mean:.2f}" for name, mean in zip(self.reward_func_names, means, strict=True)
+        )
+        logger.warning(
+            "no group's rewards have varied in the first %d generation batches (%d completions "
+            "a batch, %d per prompt; this batch's reward means: %s): every completion of a "
+            "prompt gets the same rewards, so every advantage is 0 and training learns nothing. "
+            "The likely cause: the model never produces the task's output format, so every "
+            "format reward is 0. Fix: run the supervised cold start first, `mrtpo sft --task "
+            "TASK --model_name_or_path MODEL --output_dir SFT_DIR`, and train from SFT_DIR "
+            "(README); a hotter temperature or more num_generations can also help a model that "
+            "only rarely produces it.",
+            self._silent_batches,
+            len(rewards),
+            group_size,
+            rewards_seen,
         )
 
     def _log_replay(
@@ -96,13 +153,20 @@ class MetricsMixin:
             metrics[f"mrtpo/distance/{name}/top10_share"].append(_ratio(totals[1, k]))
         # What MRTPO moves (A_t minus GDPO's advantage, D_t / d of docs/METHOD.md) against
         # GDPO's part, root mean squares over the trained tokens: above 1, the re-allocation
-        # dominates the advantage (at this step's beta; it grows linearly with beta).
+        # dominates the advantage (at this step's beta; it grows linearly with beta). Both
+        # parts are logged too: where the rewards cancel, GDPO's part is 0 while MRTPO still
+        # moves credit, and the ratio is infinite (see `reallocation_ratio`).
         trained = scored.trained_mask(token.advantages.shape[1]).to(device)
         response = step.response.to(device).unsqueeze(1) * trained
         moved = (token.advantages.to(device) - response) * trained
-        squares = torch.stack([moved.square().sum(), response.square().sum()])
-        squares = self.accelerator.reduce(squares, reduction="sum")
-        metrics["mrtpo/reallocation_ratio"].append(math.sqrt(_ratio(squares)))
+        sums = torch.stack([moved.square().sum(), response.square().sum(), trained.sum().float()])
+        moved_squares, gdpo_squares, tokens = self.accelerator.reduce(
+            sums.float(), reduction="sum"
+        ).tolist()
+        if tokens > 0:
+            metrics["mrtpo/reallocation_rms"].append(math.sqrt(moved_squares / tokens))
+            metrics["mrtpo/gdpo_advantage_rms"].append(math.sqrt(gdpo_squares / tokens))
+        metrics["mrtpo/reallocation_ratio"].append(reallocation_ratio(moved_squares, gdpo_squares))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # The replay's share of the step: replay seconds over TRL's step time, same window.
@@ -111,6 +175,36 @@ class MetricsMixin:
         if self.model.training and replay_seconds and step_time and sum(step_time) > 0:
             metrics["mrtpo/replay_share"].append(sum(replay_seconds) / sum(step_time))
         super().log(logs, start_time)
+
+
+def varying_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Tensor[N / group_size] bool: the groups where some reward takes two different values
+    among the rows it scored (NaN: no score, left out). Only there is any advantage not 0
+    (GRPO's summed reward can still cancel; GDPO and MRTPO learn from each reward).
+
+    rewards: (N, K), rows grouped by prompt in runs of group_size.
+    """
+    grouped = rewards.view(-1, group_size, rewards.shape[1])
+    scored = ~torch.isnan(grouped)
+    highest = torch.where(scored, grouped, -math.inf).amax(dim=1)
+    lowest = torch.where(scored, grouped, math.inf).amin(dim=1)
+    return (highest > lowest).any(dim=1)  # -inf > inf never: a reward with no score is flat
+
+
+def reallocation_ratio(moved_squares: float, gdpo_squares: float) -> float:
+    """sqrt(moved_squares / gdpo_squares): what MRTPO moves over GDPO's part, from their sums of
+    squares over the trained tokens.
+
+    Where GDPO's part is 0 and MRTPO moves credit (the rewards cancel in GDPO's sum), the
+    ratio is infinite and returned as `math.inf`, not NaN: TRL's `log` averages a metric's
+    window leaving NaN out (and logs None when nothing is left), so a NaN would vanish from
+    exactly the steps where the re-allocation is all there is; an infinity survives the
+    average (a window with one such step averages to inf). NaN only when neither part has
+    anything (no reward varies: nothing to move and nothing moved).
+    """
+    if gdpo_squares > 0:
+        return math.sqrt(moved_squares / gdpo_squares)
+    return math.inf if moved_squares > 0 else math.nan
 
 
 def _ratio(pair: torch.Tensor) -> float:
