@@ -7,7 +7,10 @@ flags); `train_config` builds a config from them and overrides.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +109,8 @@ def _number(value: Any, digits: int = 2) -> str:
 
 
 def step_summary(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
-    """One line per training log: step, each reward's mean, beta, replay share, step time."""
+    """One line per training log: step, each reward's mean, the share of groups whose rewards
+    vary (0%: nothing to learn from), beta, replay share, step time."""
     rewards = {
         key[len("rewards/") : -len("/mean")]: value
         for key, value in logs.items()
@@ -118,6 +122,8 @@ def step_summary(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
     if "reward" in logs:
         parts.append(f"reward {_number(logs['reward'], 3)}")
     parts.append(" ".join(f"{name} {_number(value)}" for name, value in rewards.items()))
+    if "mrtpo/varying_groups" in logs and logs["mrtpo/varying_groups"] is not None:
+        parts.append(f"varying groups {_number(100 * logs['mrtpo/varying_groups'], 0)}%")
     if "mrtpo/beta" in logs:
         parts.append(f"beta {_number(logs['mrtpo/beta'])}")
     if "mrtpo/replay_share" in logs:
@@ -140,6 +146,36 @@ def progress_callback() -> Any:
                 self.training_bar.write(line)
 
     return StepSummaryCallback()
+
+
+class _ProgressBarHandler(logging.Handler):
+    """Writes log records as lines above tqdm's progress bar (`tqdm.write`), not through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm.auto import tqdm
+
+        try:
+            tqdm.write(f"{record.levelname.lower()}: {self.format(record)}")
+        except Exception:  # noqa: BLE001 -- logging's own contract: report, never raise
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def console_warnings() -> Iterator[None]:
+    """While training: mrtpo's warnings (a run that cannot learn, a fallback) on the console as
+    lines of their own above the progress bar, where no logging is configured (Python's last
+    resort would write them to stderr across the bar). A program that configured logging keeps
+    its own handlers and gets nothing more."""
+    package = logging.getLogger("mrtpo")
+    if package.hasHandlers():
+        yield
+        return
+    handler = _ProgressBarHandler(logging.WARNING)
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
 
 
 def run_training(
@@ -184,7 +220,8 @@ def run_training(
         trainer.add_callback(progress_callback())
 
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=checkpoint)
+    with console_warnings():
+        trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(config.output_dir)
     tokenizer.save_pretrained(config.output_dir)
     minutes = (time.perf_counter() - started) / 60
