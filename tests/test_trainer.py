@@ -4,6 +4,7 @@ several processes, logged metrics and files, credit-map hook."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from trl.trainer.utils import RepeatSampler
 
 import mrtpo.relevance
 import mrtpo.trainer
+import mrtpo.trainer_metrics
 from mrtpo import advantages, tasks
 from mrtpo.step_data import ScoredBatch
 from mrtpo.testing import tiny_model_and_tokenizer
@@ -1237,3 +1239,136 @@ def test_placebo_needs_two_prompts_per_generation_batch(tmp_path):
             max_steps=1,
             mrtpo_warmup_steps=0,
         )
+
+
+# ---------------------------------------------------------------------- #46: metrics that vanish,
+# a run that cannot learn (the metrics helper's block: `mrtpo.trainer_metrics`, `mrtpo.training`)
+
+
+def _logged_steps(trainer) -> list[dict]:
+    return [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+@pytest.mark.parametrize("rewards", ["cancelling", "ordinary"])
+def test_reallocation_parts_are_logged_and_the_ratio_is_infinite_where_gdpo_has_none(
+    tmp_path, rewards
+):
+    """EvenLength and OddLength cancel in GDPO's sum on every row: GDPO's part is 0 while MRTPO
+    moves credit, and the ratio is an infinity (a NaN would be dropped by TRL's window mean).
+    Each part is the root mean square over the trained tokens of the advantages trained on."""
+    funcs = [EvenLength(), OddLength()] if rewards == "cancelling" else toy_verifiers()[:2]
+    trainer = train_mrtpo(
+        tmp_path, reward_funcs=funcs, max_steps=1, mrtpo_warmup_steps=0, mrtpo_beta=1.0
+    )
+    (batch,) = trainer.batches
+    (logged,) = _logged_steps(trainer)
+    if rewards == "cancelling":  # before, NaN: TRL's window mean logged None
+        assert logged["mrtpo/reallocation_ratio"] == float("inf")
+    mask = batch["completion_mask"].float()
+    gdpo = advantages.gdpo(batch["rewards"], 4).unsqueeze(1) * mask
+    moved = (batch["advantages"] - gdpo) * mask
+    moved_rms = float(moved.square().sum() / mask.sum()) ** 0.5
+    gdpo_rms = float(gdpo.square().sum() / mask.sum()) ** 0.5
+    assert logged["mrtpo/reallocation_rms"] == pytest.approx(moved_rms, rel=1e-5)
+    assert logged["mrtpo/gdpo_advantage_rms"] == pytest.approx(gdpo_rms, rel=1e-5, abs=1e-9)
+    assert moved_rms > 0.01
+    jsonl = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    (line,) = [entry for entry in jsonl if "loss" in entry]
+    assert line["mrtpo/reallocation_rms"] == pytest.approx(moved_rms, rel=1e-5)
+    if rewards == "cancelling":
+        assert gdpo_rms == 0.0  # S = 0 on every row
+        assert line["mrtpo/reallocation_ratio"] is None  # JSON has no infinity: the parts tell
+        assert line["mrtpo/gdpo_advantage_rms"] == 0.0
+    else:
+        assert logged["mrtpo/reallocation_ratio"] == pytest.approx(moved_rms / gdpo_rms, rel=1e-5)
+
+
+def test_reallocation_ratio_by_hand():
+    from mrtpo.trainer_metrics import reallocation_ratio
+
+    assert reallocation_ratio(4.0, 1.0) == 2.0
+    assert reallocation_ratio(0.0, 1.0) == 0.0
+    assert reallocation_ratio(1e-3, 0.0) == float("inf")
+    assert np.isnan(reallocation_ratio(0.0, 0.0))  # nothing to move and nothing moved
+
+
+def constant_reward(prompts, completions, **columns):
+    """A reward no completion can change, as a format never produced scores 0."""
+    return [0.0] * len(completions)
+
+
+def _silence_warnings(caplog) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "mrtpo.trainer"
+        and "no group's rewards have varied" in record.getMessage()
+    ]
+
+
+def test_a_run_whose_rewards_never_vary_warns_once_at_the_third_batch(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="mrtpo.trainer")
+    short = train_mrtpo(tmp_path / "short", reward_funcs=[constant_reward], max_steps=2)
+    assert _silence_warnings(caplog) == []
+
+    trainer = train_mrtpo(tmp_path / "long", reward_funcs=[constant_reward], max_steps=4)
+    (warning,) = _silence_warnings(caplog)  # once, not again at the fourth batch
+    assert "first 3 generation batches" in warning and "constant_reward 0.00" in warning
+    assert "mrtpo sft --task" in warning and "output format" in warning
+    assert mrtpo.trainer_metrics.SILENT_BATCHES_BEFORE_WARNING == 3
+    assert [step["mrtpo/varying_groups"] for step in _logged_steps(short)] == [0.0] * 2
+    assert [step["mrtpo/varying_groups"] for step in _logged_steps(trainer)] == [0.0] * 4
+
+
+def test_varying_groups_are_logged_and_a_run_that_varies_is_not_warned(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="mrtpo.trainer")
+    trainer = train_mrtpo(tmp_path, reward_funcs=[constant_reward, EvenLength()], max_steps=3)
+    assert _silence_warnings(caplog) == []
+    shares = [step["mrtpo/varying_groups"] for step in _logged_steps(trainer)]
+    expected = []
+    for batch in trainer.batches:  # EvenLength varies in a group unless all 4 lengths agree
+        lengths = batch["rewards"][:, 1].view(-1, 4)
+        expected.append(float((lengths.amax(1) > lengths.amin(1)).float().mean()))
+    assert shares == pytest.approx(expected) and max(expected) > 0
+
+
+def test_varying_groups_by_hand():
+    from mrtpo.trainer_metrics import varying_groups
+
+    nan = float("nan")
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0], [1.0, 0.0],  # group 0: both rewards flat
+            [1.0, 0.0], [1.0, 1.0],  # group 1: the second reward varies
+            [nan, 0.0], [0.5, 0.0],  # group 2: one score of the first, the second flat
+            [nan, 2.0], [nan, 2.0],  # group 3: the first unscored, the second flat
+        ]
+    )  # fmt: skip
+    assert varying_groups(rewards, 2).tolist() == [False, True, False, False]
+
+
+def test_the_console_says_why_a_run_cannot_learn(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """`mrtpo train --task tool_calling` on a model that never writes a tool call: the warning
+    is a line of its own on the console, and each step's line shows 0% of groups varying."""
+    from mrtpo import cli
+    from mrtpo.training import step_summary
+
+    # pytest's log capture sits on the root logger; a user's run has no handler there.
+    monkeypatch.setattr(logging.getLogger("mrtpo"), "propagate", False)
+    code = cli.main(
+        ["train", "--task", "tool_calling", "--model_name_or_path", str(tiny_model_dir),
+         "--output_dir", str(tmp_path / "run"), "--max_steps", "3", "--max_completion_length",
+         "4", "--num_generations", "2", "--per_device_train_batch_size", "4",
+         "--max_train_examples", "8", "--save_strategy", "no"]
+    )  # fmt: skip
+    stdout = capsys.readouterr().out
+    assert code == 0
+    summaries = [line for line in stdout.splitlines() if line.startswith("step ")]
+    assert len(summaries) == 3 and all("| varying groups 0% |" in line for line in summaries)
+    warnings = [line for line in stdout.splitlines() if line.startswith("warning: no group's")]
+    assert len(warnings) == 1 and "tool_format 0.00" in warnings[0], stdout
+    assert "varying groups 50%" in step_summary(
+        {"rewards/a/mean": 1.0, "mrtpo/varying_groups": 0.5}, 1, 2
+    )
