@@ -8,8 +8,11 @@ whole model, as accelerate's FSDP2 does) and drives the trainer's replay path di
 `MRTPOTrainer._token_advantages` then `_write_credit_maps`, on batches (`SCENARIOS`) where the
 processes' rows need different replays; then it runs TRL's `_generate_and_score_completions`
 (scripted completions) for GDPO and MRTPO at beta 0 with credit maps every step
-(`CREDIT_MAP_RUNS`), whose only replay is the credit maps'. Each process saves its per-token
-advantages per scenario, and its replays per run, to `OUT_DIR/rank{r}.pt`.
+(`CREDIT_MAP_RUNS`), whose only replay is the credit maps'. The entropy control
+(`token_relevance="entropy"`) runs `_token_advantages` on the same scenarios: its one forward
+follows the replay's rule (whole parameters gathered on every process, rows or none). Each
+process saves its per-token advantages per scenario (`ENTROPY` for the entropy control's, with
+the padded batch it read), and its replays per run, to `OUT_DIR/rank{r}.pt`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from torch.distributed.fsdp import fully_shard
 from trainer_toys import CPU_RUN, toy_trainer
 
 from mrtpo import advantages
+from mrtpo.advantages import EPS
 from mrtpo.step_data import ScoredBatch, StepAdvantages
 from mrtpo.testing import tiny_model_and_tokenizer
-from mrtpo.trainer import EPS, MRTPOConfig, MRTPOTrainer
+from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 from mrtpo.verifiers import Verdict
 
 GROUP_SIZE = 4  # one group per process: rows 0-3 on process 0, rows 4-7 on process 1
@@ -57,6 +61,9 @@ SCENARIOS = {
 }
 
 
+ENTROPY = "entropy_control"  # the records' key of the entropy control's scenarios
+
+
 def scored_batch(tokenizer, rewards: list[list[float]], rank: int) -> ScoredBatch:
     """Process `rank`'s four rows of a scenario (the same rewards on every process)."""
     word = WORDS[rank]
@@ -81,6 +88,38 @@ def scored_batch(tokenizer, rewards: list[list[float]], rank: int) -> ScoredBatc
             for k in range(len(INFOS))
         ],
         local=local,
+    )
+
+
+def padded_batch(tokenizer, scored: ScoredBatch) -> dict[str, torch.Tensor]:
+    """TRL's padded tensors of a process's rows, as `_token_advantages` reads them: the prompt
+    rendered for generation (one prompt per process: no left padding), completions
+    right-padded."""
+    text = tokenizer.apply_chat_template(
+        scored.prompts[0], add_generation_prompt=True, tokenize=False
+    )
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = scored.completion_ids
+    width = max(len(row) for row in ids)
+    return {
+        "prompt_ids": torch.tensor([prompt_ids] * len(ids)),
+        "prompt_mask": torch.ones(len(ids), len(prompt_ids), dtype=torch.long),
+        "completion_ids": torch.tensor(
+            [row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids]
+        ),
+        "completion_mask": torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids]),
+    }
+
+
+def step_advantages(trainer: MRTPOTrainer, scored: ScoredBatch) -> StepAdvantages:
+    """GDPO's step of a scenario, as `_generate_and_score_completions` makes it."""
+    weights = trainer.reward_weights
+    normalized = advantages.per_reward(scored.rewards, GROUP_SIZE, eps=EPS)
+    return StepAdvantages(
+        weights,
+        advantages.gdpo(scored.rewards, GROUP_SIZE, weights, eps=EPS)[scored.local],
+        per_reward=torch.nan_to_num(normalized[scored.local]),
+        token=None,
     )
 
 
@@ -191,14 +230,7 @@ def main(out_dir: str) -> None:
             with torch.no_grad():
                 model(torch.tensor([tokenizer.encode(f"Write one line about {WORDS[rank]}.")[:6]]))
         width = max(len(ids) for ids in scored.completion_ids)
-        weights = trainer.reward_weights
-        normalized = advantages.per_reward(scored.rewards, GROUP_SIZE, eps=EPS)
-        step = StepAdvantages(
-            weights,
-            advantages.gdpo(scored.rewards, GROUP_SIZE, weights, eps=EPS)[scored.local],
-            per_reward=torch.nan_to_num(normalized[scored.local]),
-            token=None,
-        )
+        step = step_advantages(trainer, scored)
         # TRL's batch as `_token_advantages` reads it here: the completion width.
         output = {"completion_ids": torch.zeros(len(scored.prompts), width, dtype=torch.long)}
         step.token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
@@ -212,6 +244,30 @@ def main(out_dir: str) -> None:
             "completion_ids": scored.completion_ids,
             "prompts": scored.prompts,
             "infos": [[verdict.info for verdict in row] for row in scored.row_verdicts()],
+        }
+    # The entropy control on the same scenarios: process 1 has no row to weight in the first.
+    entropy_args = MRTPOConfig(
+        output_dir=str(Path(out_dir) / ENTROPY),
+        per_device_train_batch_size=GROUP_SIZE,
+        num_generations=GROUP_SIZE,
+        max_completion_length=16,
+        mrtpo_warmup_steps=0,
+        mrtpo_beta=1.0,
+        token_relevance="entropy",
+        **CPU_RUN,
+    )
+    entropy_trainer = toy_trainer(MRTPOTrainer, model, tokenizer, entropy_args)
+    records[ENTROPY] = {}
+    for name, rewards in SCENARIOS.items():
+        scored = scored_batch(tokenizer, rewards, rank)
+        output = padded_batch(tokenizer, scored)
+        step = step_advantages(entropy_trainer, scored)
+        token = entropy_trainer._token_advantages(scored, step, GROUP_SIZE, output)
+        records[ENTROPY][name] = {
+            "advantages": token.advantages.cpu(),
+            "replayed": token.replay.rows,
+            "distance": token.replay.distance.cpu(),
+            "batch": output,
         }
     for name in CREDIT_MAP_RUNS:
         records[name] = credit_map_run(model, tokenizer, out_dir, name, rank)

@@ -13,6 +13,7 @@ import torch
 from trainer_toys import CPU_RUN, ContainsLetter, EvenLength, toy_dataset
 
 from mrtpo import advantages
+from mrtpo.step_data import ScoredBatch
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
@@ -108,6 +109,75 @@ def test_entropy_control_weights_tokens_by_the_policys_entropy_without_replay(tm
     for line in _logged(trainer):
         assert line["mrtpo/replay_seconds"] > 0  # the entropy forward's time
         assert line["mrtpo/reallocation_ratio"] > 0
+
+
+def _dropout_batch(tokenizer, completions: list[str]) -> tuple[ScoredBatch, dict]:
+    """One group of `completions` to a toy prompt: the scored batch and TRL's padded tensors
+    (prompt left-padded, completions right-padded)."""
+    prompt = toy_dataset()[0]["prompt"]
+    prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+    prompt_ids = list(getattr(prompt_ids, "input_ids", prompt_ids))
+    ids = [tokenizer.encode(text, add_special_tokens=False) for text in completions]
+    width = max(len(row) for row in ids)
+    rows = len(ids)
+    output = {
+        "prompt_ids": torch.tensor([prompt_ids] * rows),
+        "prompt_mask": torch.ones(rows, len(prompt_ids), dtype=torch.long),
+        "completion_ids": torch.tensor(
+            [row + [tokenizer.pad_token_id] * (width - len(row)) for row in ids]
+        ),
+        "completion_mask": torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids]),
+    }
+    scored = ScoredBatch(
+        prompts=[prompt] * rows,
+        completions=completions,
+        completion_ids=ids,
+        rewards=torch.zeros(rows, 2),
+        verdicts=[None, None],
+        local=slice(0, rows),
+    )
+    return scored, output
+
+
+@pytest.mark.parametrize("share_prompt", [True, False])
+def test_entropy_control_runs_the_policy_in_eval_mode(tmp_path, share_prompt):
+    """The entropy forward runs as the replay's do, in eval mode: with dropout in the model,
+    its distances are an eval-mode forward's entropies (not a train-mode draw), and the model
+    is left in the mode it was in."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.5
+    with torch.no_grad():  # sharper next-token distributions than the random model's uniform
+        model.model.norm.weight.mul_(8.0)
+    args = MRTPOConfig(
+        output_dir=str(tmp_path / "run"),
+        **{**COMMON, "token_relevance": "entropy", "share_prompt": share_prompt},
+    )
+    trainer = MRTPOTrainer(
+        model=model,
+        reward_funcs=[ContainsLetter(), EvenLength()],
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
+    completions = [" An apple a day.", " apple", " Red apples fall in autumn.", " The apple"]
+    scored, output = _dropout_batch(tokenizer, completions)
+    wanted = torch.tensor([[True, True], [True, False], [False, True], [True, True]])
+    model.train()
+    torch.manual_seed(0)
+    result = trainer._entropy_distances(scored, output, [0, 1, 2, 3], wanted)
+    assert model.training
+    mask = output["completion_mask"].float()
+    model.eval()
+    in_eval = _entropies(model, output) * mask
+    model.train()
+    torch.manual_seed(0)
+    in_train = _entropies(model, output) * mask
+    # dropout moves the entropies far beyond the tolerance: the comparison tells them apart
+    assert (in_train - in_eval).abs().max() > 0.1
+    expected = in_eval.unsqueeze(1) * wanted.unsqueeze(-1)
+    torch.testing.assert_close(result.distance, expected, rtol=0, atol=1e-4)
+    assert result.rows == [0, 1, 2, 3] and torch.equal(result.mask, mask)
 
 
 def test_entropy_control_refuses_the_placebo(tmp_path):

@@ -1,7 +1,8 @@
 """The replay on a sharded model (FSDP2, two CPU processes on gloo): processes whose rows need
 different replays (none at all, or different numbers of forward passes) stay in step, and
 their per-token advantages equal one process's over the whole batch, replayed independently;
-so does the credit maps' replay (GDPO, and MRTPO at beta 0), which every process runs."""
+so does the credit maps' replay (GDPO, and MRTPO at beta 0), which every process runs, and the
+entropy control's forward (`token_relevance="entropy"`), which follows the replay's rule."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 from fsdp_replay_toys import (
     COMPLETIONS,
     CREDIT_MAP_RUNS,
+    ENTROPY,
     GROUP_SIZE,
     SCENARIOS,
     WORDS,
@@ -26,10 +28,10 @@ from fsdp_replay_toys import (
 from trainer_toys import toy_verifiers
 
 from mrtpo import advantages
+from mrtpo.advantages import EPS
 from mrtpo.relevance import naive_replay_distances
 from mrtpo.sharding import check_replay_backend
 from mrtpo.testing import tiny_model_and_tokenizer
-from mrtpo.trainer import EPS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -105,6 +107,39 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
                 actual, expected[batch.local, : actual.shape[1]], rtol=0, atol=1e-5
             )
 
+    # The entropy control: process 1 weighted no row in the first scenario (and still entered
+    # the gather). Its distances are per-row forwards' entropies of the unsharded model in eval
+    # mode (TRL's temperature 1) on the pairs whose Ã_k is not 0, and its advantages equal one
+    # process's over the whole batch.
+    entropy = {name: [rank[ENTROPY][name] for rank in ranks] for name in SCENARIOS}
+    assert [run["replayed"] for run in entropy["one_process_without_rows"]] == [[0, 1, 2, 3], []]
+    assert [run["replayed"] for run in entropy["different_replay_batches"]] == [
+        [0, 1, 2, 3],
+        [0, 1],
+    ]
+    model.eval()
+    for name, rewards in SCENARIOS.items():
+        rewards_tensor = torch.tensor(rewards, dtype=torch.float32)
+        varies = torch.nan_to_num(advantages.per_reward(rewards_tensor, GROUP_SIZE, eps=EPS)) != 0
+        width = max(run["batch"]["completion_ids"].shape[1] for run in entropy[name])
+        distance = torch.zeros(len(rewards), len(rewards[0]), width)
+        mask = torch.zeros(len(rewards), width)
+        for rank, run in enumerate(entropy[name]):
+            rows = slice(rank * GROUP_SIZE, (rank + 1) * GROUP_SIZE)
+            own = run["batch"]["completion_mask"].float()
+            pairs = (eval_entropies(model, run["batch"]) * own).unsqueeze(1) * varies[rows, :, None]
+            distance[rows, :, : own.shape[1]] = pairs
+            mask[rows, : own.shape[1]] = own
+            torch.testing.assert_close(run["distance"], pairs[run["replayed"]], rtol=0, atol=1e-5)
+        assert distance.max() > 1.0  # entropies, far above the tolerance
+        expected = advantages.mrtpo(rewards_tensor, GROUP_SIZE, distance, mask, 1.0, eps=EPS)
+        for rank, run in enumerate(entropy[name]):
+            rows = slice(rank * GROUP_SIZE, (rank + 1) * GROUP_SIZE)
+            actual, trained = run["advantages"], mask[rows, : run["advantages"].shape[1]]
+            torch.testing.assert_close(
+                actual * trained, expected[rows, : actual.shape[1]] * trained, rtol=0, atol=1e-5
+            )
+
     # The credit-map runs through TRL's hooks: every process replayed its own lowest- and
     # highest-reward rows, and nothing else (beta 0: no row for the advantages), with the naive
     # replay's distances; process 0 wrote the maps. Advantages: GDPO's, on every token at beta 0.
@@ -132,6 +167,19 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
             else:
                 expected = response[:, None] * run["completion_mask"]
                 torch.testing.assert_close(run["advantages"], expected, rtol=0, atol=1e-6)
+
+
+def eval_entropies(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(B, C) next-token entropy at each completion token, by a plain forward of each row."""
+    rows = []
+    prompt_ids, completion_ids = batch["prompt_ids"], batch["completion_ids"]
+    for prompt, completion in zip(prompt_ids, completion_ids, strict=True):
+        ids = torch.cat([prompt, completion]).unsqueeze(0)
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        log_probs = torch.log_softmax(logits, dim=-1)
+        rows.append(-(log_probs.exp() * log_probs).sum(-1))
+    return torch.stack(rows)
 
 
 def toy_scores(text: str, word: str) -> list[float]:

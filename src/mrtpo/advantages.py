@@ -38,6 +38,9 @@ from mrtpo.reward_weighting import saw_weights as saw_weights
 SCALES = ("group", "batch", "none")
 QBAR_MIN = 1e-8  # below this a reward's mean distance counts as 0: uniform weights
 SPREAD_SHARE = 0.01  # from this share of the largest spread a reward counts fully (bound)
+# TRL's epsilon, added to both standard deviations (GRPOTrainer's `std + 1e-4`): every
+# estimator's default, and what the trainer passes.
+EPS = 1e-4
 
 
 # ----------------------------------------------------------------------------- checks
@@ -81,7 +84,7 @@ def _check_distance_mask(distance: Tensor, mask: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------- baselines
 
 
-def per_reward(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+def per_reward(rewards: Tensor, group_size: int, eps: float = EPS) -> Tensor:
     """Group-normalized advantage of each reward, ``Ã_k = (r_k - mean_g r_k) / (std_g r_k + eps)``.
 
     Args:
@@ -107,7 +110,7 @@ def per_reward(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
     return ((grouped - mean_k) / (std_k + eps)).view(-1, num_rewards)
 
 
-def opposite_sign_rows(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+def opposite_sign_rows(rewards: Tensor, group_size: int, eps: float = EPS) -> Tensor:
     """The rows where two rewards pull apart: some ``Ã_k > 0`` and some ``Ã_j < 0``, Tensor[N] bool.
 
     These are the rows where GDPO's sum cancels credit that MRTPO can place on different
@@ -146,7 +149,7 @@ def gdpo(
     rewards: Tensor,
     group_size: int,
     weights: Sequence[float] | Tensor | None = None,
-    eps: float = 1e-4,
+    eps: float = EPS,
 ) -> Tensor:
     """GDPO: normalize each reward within its group, sum, then normalize over the batch.
 
@@ -172,7 +175,7 @@ def grpo(
     group_size: int,
     weights: Sequence[float] | Tensor | None = None,
     scale: str = "group",
-    eps: float = 1e-4,
+    eps: float = EPS,
 ) -> Tensor:
     """GRPO: sum the weighted rewards, then normalize within each group.
 
@@ -275,7 +278,7 @@ def mrtpo(
     mask: Tensor,
     beta: float,
     weights: Sequence[float] | Tensor | None = None,
-    eps: float = 1e-4,
+    eps: float = EPS,
     shuffle: bool = False,
     generator: torch.Generator | None = None,
     bounded: bool = True,
@@ -350,7 +353,7 @@ def reallocation_scale(
     rewards: Tensor,
     group_size: int,
     weights: Sequence[float] | Tensor | None = None,
-    eps: float = 1e-4,
+    eps: float = EPS,
 ) -> Tensor:
     """The floor of the bounded normalization: ``sqrt(sum_k m_k / K')``, a 0-dim Tensor.
 
@@ -382,7 +385,7 @@ def bounded_rows(
     rewards: Tensor,
     group_size: int,
     weights: Sequence[float] | Tensor | None = None,
-    eps: float = 1e-4,
+    eps: float = EPS,
 ) -> Tensor:
     """The rows whose MRTPO advantages the bounded normalization changes: Tensor[N] bool.
 
@@ -515,7 +518,7 @@ class Estimator:
         weights: RewardWeights = None,
         *,
         scale: str = "group",
-        eps: float = 1e-4,
+        eps: float = EPS,
         relevance: TokenRelevance | None = None,
     ) -> Tensor:
         """Advantages of a batch.

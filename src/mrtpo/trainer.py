@@ -46,6 +46,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from mrtpo import advantages, shared_prompt
+from mrtpo.advantages import EPS as EPS  # its home; imported from here by older code
 from mrtpo.config import ESTIMATORS, REPLAY_INFORMATION, REPLAY_MODES, WEIGHTINGS, MRTPOConfig
 from mrtpo.credit import write_training_maps
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
@@ -57,7 +58,6 @@ from mrtpo.trainer_metrics import _top_share_sums as _top_share_sums  # tests im
 from mrtpo.trainer_shared_prompt import SharedPromptMixin
 from mrtpo.verifiers import Verdict, Verifier
 
-EPS = 1e-4  # TRL's epsilon in both standard deviations
 # Keys of a generation batch that serves several optimizer steps (see `_prepare_inputs`): its
 # advantages' slope in beta (B, T), and the beta they were computed at (a 0-dim tensor, which
 # TRL's shuffle and split leave whole).
@@ -456,29 +456,45 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
 
         A replay that only finds the tokens where the policy is uncertain would weight the
         tokens as this does, without any verifier information. Same shapes as `_replay`'s
-        result (wanted: (R, K) bool; distance 0 on the pairs not wanted).
+        result (wanted: (R, K) bool; distance 0 on the pairs not wanted), and the replay's rule:
+        every process calls this the same number of times in a step, with or without rows; the
+        whole parameters are gathered once around the forward (`full_parameters`), which runs
+        in eval mode (no dropout) under the trainer's autocast, as the replay's do.
         """
         device = self.accelerator.device
         width = output["completion_ids"].shape[1]
         wanted = wanted.to(device, torch.bool)
-        if not rows:
-            empty = torch.zeros(0, len(self.reward_funcs), width, device=device)
-            return ReplayResult([], empty, empty[:, 0], 0.0, wanted)
         started = time.perf_counter()
-        index = torch.tensor(rows, device=output["completion_ids"].device)
-        input_ids = torch.cat([output["prompt_ids"][index], output["completion_ids"][index]], 1)
-        attention_mask = torch.cat(
-            [output["prompt_mask"][index], output["completion_mask"][index]], 1
-        )
-        with torch.no_grad():
-            _, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                width,
-                batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=True,
+        with (
+            torch.no_grad(),
+            full_parameters(
+                self.model_wrapped,
+                self.accelerator,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            self.accelerator.autocast(),
+        ):
+            if not rows:  # the gather above is entered all the same
+                empty = torch.zeros(0, len(self.reward_funcs), width, device=device)
+                return ReplayResult([], empty, empty[:, 0], 0.0, wanted)
+            index = torch.tensor(rows, device=output["completion_ids"].device)
+            input_ids = torch.cat([output["prompt_ids"][index], output["completion_ids"][index]], 1)
+            attention_mask = torch.cat(
+                [output["prompt_mask"][index], output["completion_mask"][index]], 1
             )
+            was_training = model.training
+            model.eval()
+            try:
+                _, entropies, _ = self._get_per_token_logps_and_entropies(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    width,
+                    batch_size=self.args.per_device_train_batch_size,
+                    compute_entropy=True,
+                )
+            finally:
+                model.train(was_training)
         trained = scored.trained_mask(width)[rows].to(device)
         distance = (entropies.float().to(device) * trained).unsqueeze(1) * wanted.unsqueeze(-1)
         return ReplayResult(list(rows), distance, trained, time.perf_counter() - started, wanted)
