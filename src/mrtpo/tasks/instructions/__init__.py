@@ -1,4 +1,4 @@
-"""Multi-constraint instruction following (IFEval's and IFBench's constraints), one reward per
+"""Multi-constraint instruction following (IFEval's, IFBench's and MulDimIF's constraints), one reward per
 constraint.
 
 - `task`: `InstructionsTask` and `TASK`, what `mrtpo.tasks.get("instructions")` returns;
@@ -8,6 +8,10 @@ constraint.
 - `checkers`: IFEval's 25 instruction checkers, registered in `CHECKERS`;
 - `ifbench_count`, `ifbench_sentences`, `ifbench_words`, `ifbench_format`, `ifbench_custom`:
   IFBench's 58 (`IFBENCH_CHECKERS`), with `ifbench_text`'s measurements;
+- `muldimif`, `muldimif_checkers`: MulDimIF's layout (`load_muldimif(path)`) and its checkers
+  (`MULDIMIF_CHECKERS`, one per (category, subtype), reading each constraint's words as the
+  official evaluation reads them); `muldimif_metrics`: its accuracies by pattern, category and
+  level;
 - `slots`: `ConstraintSlot(k)`, the verifier for the k-th constraint of a row;
 - `loader`: `load_ifeval(path)` and `load_ifbench(path)` for IFEval/IFBench-shaped JSONL (the
   bundled data too);
@@ -32,6 +36,7 @@ from mrtpo.tasks.instructions import (  # noqa: F401
     ifbench_format,
     ifbench_sentences,
     ifbench_words,
+    muldimif_checkers,
 )
 from mrtpo.tasks.instructions.loader import load_ifbench, load_ifeval
 from mrtpo.tasks.instructions.metrics import (
@@ -40,9 +45,11 @@ from mrtpo.tasks.instructions.metrics import (
     InstructionFollowingBenchmark,
     load_following_benchmark,
 )
+from mrtpo.tasks.instructions.muldimif import is_muldimif_file, load_muldimif
 from mrtpo.tasks.instructions.registry import (
     CHECKERS,
     IFBENCH_CHECKERS,
+    MULDIMIF_CHECKERS,
     Constraint,
     build_constraint,
 )
@@ -60,6 +67,7 @@ __all__ = [
     "CHECKERS",
     "DATA_DIR",
     "IFBENCH_CHECKERS",
+    "MULDIMIF_CHECKERS",
     "INSTRUCTION_LEVEL",
     "INSTRUCTION_LEVEL_LOOSE",
     "MAX_BUNDLED_CONSTRAINTS",
@@ -74,4 +82,6 @@ __all__ = [
     "load_ifbench",
     "load_following_benchmark",
     "load_ifeval",
+    "is_muldimif_file",
+    "load_muldimif",
 ]

@@ -42,12 +42,17 @@ class CheckerSpec:
     statement: str | Callable[..., str]
     arguments: Mapping[str, Callable[[Any], Any]]
     validate: Callable[..., None] | None = None  # checks between arguments; raises ValueError
+    # MulDimIF's checkers judge a blank response themselves (some pass it: "at most 150 words");
+    # IFEval's and IFBench's strict mode fails it before any check.
+    judges_blank: bool = False
 
 
 # IFEval's instructions, filled by `checkers`; IFBench's, filled by the `ifbench_*` modules
 # (the package imports them all); `build_constraint` knows both.
 CHECKERS: dict[str, CheckerSpec] = {}
 IFBENCH_CHECKERS: dict[str, CheckerSpec] = {}
+# MulDimIF's, one per (category, subtype), filled by `muldimif_checkers`.
+MULDIMIF_CHECKERS: dict[str, CheckerSpec] = {}
 
 
 def checker(
@@ -55,23 +60,29 @@ def checker(
     statement: str | Callable[..., str],
     validate: Callable[..., None] | None = None,
     registry: dict[str, CheckerSpec] = CHECKERS,
+    judges_blank: bool = False,
     **arguments: Callable[[Any], Any],
 ) -> Callable[[Callable[..., Outcome]], Callable[..., Outcome]]:
     """Register `check` under `instruction_id` in `registry`, with its statement and argument
     parsers."""
 
     def register(check: Callable[..., Outcome]) -> Callable[..., Outcome]:
-        if instruction_id in CHECKERS or instruction_id in IFBENCH_CHECKERS:
+        if checker_spec(instruction_id) is not None:
             raise ValueError(f"instruction_id {instruction_id!r} is registered twice")
-        registry[instruction_id] = CheckerSpec(check, statement, arguments, validate)
+        registry[instruction_id] = CheckerSpec(check, statement, arguments, validate, judges_blank)
         return check
 
     return register
 
 
 def checker_spec(instruction_id: str) -> CheckerSpec | None:
-    """The registered instruction `instruction_id` (IFEval's or IFBench's), or None."""
-    return CHECKERS.get(instruction_id) or IFBENCH_CHECKERS.get(instruction_id)
+    """The registered instruction `instruction_id` (IFEval's, IFBench's or MulDimIF's), or
+    None."""
+    return (
+        CHECKERS.get(instruction_id)
+        or IFBENCH_CHECKERS.get(instruction_id)
+        or MULDIMIF_CHECKERS.get(instruction_id)
+    )
 
 
 def loose_variants(response: str) -> list[str]:
@@ -97,11 +108,12 @@ class Constraint:
     statement: str
 
     def outcome(self, response: str) -> Outcome:
-        """What the check finds in `response` (strict mode: an empty response follows nothing)."""
-        if not response.strip():
-            return Outcome(False, "the response is empty", ())
+        """What the check finds in `response` (strict mode: an empty response follows nothing,
+        except where the checker judges blank responses itself, as MulDimIF's do)."""
         spec = checker_spec(self.instruction_id)
         assert spec is not None, self.instruction_id  # build_constraint checked it
+        if not response.strip() and not spec.judges_blank:
+            return Outcome(False, "the response is empty", ())
         return spec.check(response, **self.args)
 
     def check(self, response: str) -> Verdict:
