@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--results", type=Path, default=RESULTS, help="results folder")
+    add(
+        "--task",
+        default=TASK,
+        help="the task's results go into <results>/<task> (tool_calling from the cold start on "
+        "the study's rows; another task trains from the policy `train_run` is given)",
+    )
     add("--model_name_or_path", default=None, help="base model (default: the embedded one)")
     add("--cold_start", type=Path, help="an existing cold-start model (default: built once)")
     add("--sft_max_steps", type=int, default=3, help="cold-start steps (the demo's 3)")
@@ -186,7 +192,7 @@ def seeds_of(args: argparse.Namespace) -> dict[str, list[int]]:
 def study_settings(args: argparse.Namespace) -> dict[str, Any]:
     """What every run of the study shares (a rerun with other values is refused)."""
     return {
-        "task": TASK,
+        "task": args.task,
         "model_name_or_path": args.model_name_or_path or _default_model(),
         "cold_start": str(args.cold_start) if args.cold_start else None,
         "sft_max_steps": args.sft_max_steps,
@@ -221,7 +227,8 @@ def _default_model() -> str:
 
 
 def task_root(args: argparse.Namespace) -> Path:
-    return Path(args.results) / TASK
+    # Namespaces other scripts build for the cold start alone (update_quality's) carry no task.
+    return Path(args.results) / getattr(args, "task", TASK)
 
 
 def run_dir(args: argparse.Namespace, method: str, seed: int) -> Path:
@@ -419,16 +426,28 @@ def build_cold_start(args: argparse.Namespace) -> Path:
     return run_sft(trainer, TASK)
 
 
-def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
-    """Train one run to its last step (resuming from its last checkpoint), then evaluate it."""
+def train_run(
+    args: argparse.Namespace,
+    method: str,
+    seed: int,
+    start: str | None = None,
+    evaluate: Callable[[argparse.Namespace, Path, int], dict[str, Any]] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> Path:
+    """Train one run to its last step (resuming from its last checkpoint), then evaluate it.
+
+    start: the policy to train from, on the task's bundled train split (default: the cold
+    start, on the study's rows); evaluate(args, model folder, seed): the final evaluation
+    (default `evaluate_policy`); provenance: more that each start of training records in
+    run.json (e.g. the commit of the code)."""
     from transformers.trainer_utils import get_last_checkpoint
 
+    from mrtpo.models import resolve_model_path
     from mrtpo.training import run_training
 
     folder = run_dir(args, method, seed)
     checkpoints = folder / CHECKPOINTS
-    evaluate = args.eval_samples > 0
-    if is_finished(folder, evaluate):
+    if is_finished(folder, args.eval_samples > 0):
         return folder
     record = _read_json(folder / RUN_FILE)
     if record is not None and not _has_saved_state(checkpoints):
@@ -454,20 +473,26 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
             config.resume_from_checkpoint = last
             record["resumed_from"].append(Path(last).name)
         # One entry per start of training: the first, then each resumption.
+        digest = (
+            {"cold_start_sha256": weights_digest(cold_start_dir(args))}
+            if start is None
+            else {"start_sha256": weights_digest(Path(resolve_model_path(start)))}
+        )
         record.setdefault("sessions", []).append(
             {
                 **machine(args),
                 "checkpoint": Path(last).name if last else None,
-                "cold_start_sha256": weights_digest(cold_start_dir(args)),
+                **digest,
+                **(provenance or {}),
             }
         )
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             run_training(
-                TASK,
-                str(cold_start_dir(args)),
+                args.task,
+                str(cold_start_dir(args)) if start is None else start,
                 config,
-                data=str(task_root(args) / "data" / "train.jsonl"),
+                data=str(task_root(args) / "data" / "train.jsonl") if start is None else None,
             )
         finally:
             record["train_seconds"] += time.perf_counter() - started
@@ -478,8 +503,8 @@ def train_run(args: argparse.Namespace, method: str, seed: int) -> Path:
             _write_json(folder / RUN_FILE, record)
         record["trained"] = True
         _write_json(folder / RUN_FILE, record)
-    if evaluate:
-        timed_evaluation(args, checkpoints, folder, record, evaluation_seed(seed))
+    if args.eval_samples > 0:
+        timed_evaluation(args, checkpoints, folder, record, evaluation_seed(seed), evaluate)
     return folder
 
 
@@ -498,15 +523,21 @@ def evaluation_seed(training_seed: int) -> int:
 
 
 def timed_evaluation(
-    args: argparse.Namespace, model: Path, folder: Path, record: dict[str, Any], seed: int
+    args: argparse.Namespace,
+    model: Path,
+    folder: Path,
+    record: dict[str, Any],
+    seed: int,
+    evaluate: Callable[[argparse.Namespace, Path, int], dict[str, Any]] | None = None,
 ) -> None:
-    """Evaluate `model` as the study evaluates every policy, its test samples drawn with
-    `seed`: `record` gains the seed, the machine and the wall and CPU seconds and goes to
-    `folder`'s run.json, the result to its final_eval.json."""
+    """Evaluate `model` as the study evaluates every policy (`evaluate`, default
+    `evaluate_policy`), its test samples drawn with `seed`: `record` gains the seed, the
+    machine and the wall and CPU seconds and goes to `folder`'s run.json, the result to its
+    final_eval.json."""
     record["eval_seed"] = seed
     record["eval_session"] = machine(args)
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = evaluate_policy(args, model, seed)
+    result = (evaluate or evaluate_policy)(args, model, seed)
     record["eval_seconds"] = time.perf_counter() - started
     record["eval_cpu_seconds"] = time.process_time() - cpu_started
     _write_json(folder / RUN_FILE, record)
@@ -556,6 +587,29 @@ def score_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def sample_test_rows(
+    args: argparse.Namespace, task: Any, model: Any, tokenizer: Any, test: Any, seed: int
+) -> tuple[Any, dict[str, Any]]:
+    """The test rows (the first `--eval_rows`, when given) and `evaluate`'s result on them:
+    `--eval_samples` samples each at `--eval_temperature`, drawn with `seed`."""
+    from mrtpo.evaluation import evaluate
+
+    if args.eval_rows is not None:
+        test = test.select(range(min(args.eval_rows, len(test))))
+    sampled = evaluate(
+        model,
+        tokenizer,
+        task,
+        test,
+        args.eval_batch,
+        args.max_completion_length,
+        temperature=args.eval_temperature,
+        num_samples=args.eval_samples,
+        seed=seed,
+    )
+    return test, sampled
+
+
 def evaluate_policy(args: argparse.Namespace, model_dir: Path, seed: int) -> dict[str, Any]:
     """The final policy on the study's test rows (`--eval_samples` samples each at
     `--eval_temperature`, drawn with `seed`) and on BFCL v4 simple_python's first
@@ -570,19 +624,7 @@ def evaluate_policy(args: argparse.Namespace, model_dir: Path, seed: int) -> dic
     model = model.to(device_of(args))
     length = args.max_completion_length
     test = task.load(path=str(task_root(args) / "data" / "test.jsonl"))
-    if args.eval_rows is not None:
-        test = test.select(range(min(args.eval_rows, len(test))))
-    sampled = evaluate(
-        model,
-        tokenizer,
-        task,
-        test,
-        args.eval_batch,
-        length,
-        temperature=args.eval_temperature,
-        num_samples=args.eval_samples,
-        seed=seed,
-    )
+    test, sampled = sample_test_rows(args, task, model, tokenizer, test, seed)
     result: dict[str, Any] = {
         "test": {
             "rows": len(test),
@@ -623,9 +665,14 @@ def pending_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     ]
 
 
-def record_study(args: argparse.Namespace, extra: Mapping[str, Any] | None = None) -> None:
-    """Write `study.json` (the command, the shared settings and `extra`, e.g. a study's
-    pre-registered analysis); refuse to mix settings or to change `extra` afterwards."""
+def record_study(
+    args: argparse.Namespace,
+    extra: Mapping[str, Any] | None = None,
+    command: str | None = None,
+) -> None:
+    """Write `study.json` (the command, default this script's with `args`, the shared settings
+    and `extra`, e.g. a study's pre-registered analysis); refuse to mix settings or to change
+    `extra` afterwards."""
     path = task_root(args) / STUDY_FILE
     settings = study_settings(args)
     previous = _read_json(path)
@@ -643,7 +690,7 @@ def record_study(args: argparse.Namespace, extra: Mapping[str, Any] | None = Non
                 f"{path} was made with another {', '.join(changed)}: a study's recorded design "
                 "is not changed once it has started; use another --results folder"
             )
-    command = shlex.join(["python", "benchmarks/convergence.py", *args.argv])
+    command = command or shlex.join(["python", "benchmarks/convergence.py", *args.argv])
     methods = {**(previous or {}).get("methods", {}), **{m: args.variants[m] for m in args.methods}}
     seeds = {**(previous or {}).get("seeds", {}), **seeds_of(args)}
     _write_json(
@@ -781,10 +828,10 @@ def paired_t(differences: Sequence[float], level: float = 0.95) -> dict[str, flo
     }
 
 
-def load_results(results: Path) -> dict[str, Any]:
-    """The study's files: its study.json and, per method and seed, the run's records,
-    evaluation and run.json (None where absent)."""
-    root = Path(results) / TASK
+def load_results(results: Path, task: str = TASK) -> dict[str, Any]:
+    """The study's files (`<results>/<task>`): its study.json and, per method and seed, the
+    run's records, evaluation and run.json (None where absent)."""
+    root = Path(results) / task
     study = _read_json(root / STUDY_FILE)
     if study is None:
         raise SystemExit(f"no {root / STUDY_FILE}: run the study first")

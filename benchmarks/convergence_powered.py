@@ -412,13 +412,17 @@ def secondary_table(data: Mapping[str, Any], cold_start: Mapping[str, Any] | Non
     for first, second in CONTRASTS:
         for label, value in metrics:
             differences = list(paired_differences(runs, first, second, value).values())
-            if len(differences) > 1:
-                test = convergence.paired_t(differences)
-                summary = f"{test['mean']:+.3f} | [{test['low']:+.3f}, {test['high']:+.3f}]"
-            else:
-                summary = "– | –"
+            summary = paired_cells(differences)
             lines.append(f"| {first} - {second} | {label} | {len(differences)} | {summary} |")
     return "\n".join(lines) + "\n"
+
+
+def paired_cells(differences: Sequence[float], digits: int = 3) -> str:
+    """Two table cells: the mean of paired differences and its 95% t interval ("–" below 2)."""
+    if len(differences) < 2:
+        return "– | –"
+    test = convergence.paired_t(differences)
+    return f"{test['mean']:+.{digits}f} | [{test['low']:+.{digits}f}, {test['high']:+.{digits}f}]"
 
 
 def evaluation_draw_note(runs: Mapping[str, Mapping[int, Any]]) -> str:
@@ -506,18 +510,21 @@ DIAGNOSTICS = (
 )
 
 
-def diagnostics_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
-    """Per method and block of 5 steps: each diagnostic's mean over the block's steps and the
-    seeds (the per-step values are in each run's metrics.jsonl and in diagnostics.png)."""
+def diagnostics_table(
+    runs: Mapping[str, Mapping[int, Any]], diagnostics: Sequence[tuple[str, str]] = DIAGNOSTICS
+) -> str:
+    """Per method and block of 5 steps: each diagnostic's (metric key, label) mean over the
+    block's steps and the seeds (the per-step values are in each run's metrics.jsonl and in
+    diagnostics.png)."""
     blocks = [(start, min(start + 4, STEPS)) for start in range(1, STEPS + 1, 5)]
     lines = [
-        "| method | steps | " + " | ".join(label for _, label in DIAGNOSTICS) + " |",
-        "|---|---|" + "---:|" * len(DIAGNOSTICS),
+        "| method | steps | " + " | ".join(label for _, label in diagnostics) + " |",
+        "|---|---|" + "---:|" * len(diagnostics),
     ]
     for method, seeds in runs.items():
         for start, end in blocks:
             cells = []
-            for key, _ in DIAGNOSTICS:
+            for key, _ in diagnostics:
                 stacked = np.vstack(
                     [convergence.curve(run["records"], key, STEPS) for run in seeds.values()]
                 )[:, start - 1 : end]

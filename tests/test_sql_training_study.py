@@ -1,0 +1,361 @@
+"""benchmarks/sql_training_study.py: the design reaches the trainer as the recipe says, the plan
+is stored and a changed plan refused, the learning-rate rule on synthetic pilot curves, AUC /
+paired t / Holm and the noise check after 3 seeds by hand, the report byte for byte against a
+stored README, and a run end to end on the tiny model (killed, resumed, evaluated)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import transformers
+import yaml
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import convergence  # noqa: E402
+import convergence_powered  # noqa: E402
+import sql_training_study as study  # noqa: E402
+import update_quality  # noqa: E402
+
+EXPECTED_README = Path(__file__).with_name("sql_training_study_expected_README.md")
+
+
+# ----------------------------------------------------------------------------- the design
+
+
+def test_the_arms_reach_the_trainer_as_the_recipe_says(tmp_path):
+    recipe = yaml.safe_load((ROOT / study.RECIPE).read_text())
+    args = study.stage_args("study", tmp_path, 3e-6, 2)
+    configs = {arm: convergence.method_config(args, arm, 4, tmp_path / arm) for arm in study.ARMS}
+    for arm, config in configs.items():
+        for key in (
+            "num_generations",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "max_completion_length",
+            "temperature",
+            "lr_scheduler_type",
+            "adam_beta1",
+            "adam_beta2",
+            "mrtpo_warmup_steps",
+            "replay_mode",
+            "save_total_limit",
+        ):
+            assert getattr(config, key) == recipe[key], (arm, key)
+        assert config.share_prompt is True and config.seed == 4 and config.max_steps == 20
+        assert config.learning_rate == 3e-6 and config.save_steps == 2
+    assert configs["gdpo"].advantage_estimator == "gdpo"
+    assert configs["mrtpo"].advantage_estimator == "mrtpo" and configs["mrtpo"].mrtpo_beta == 1.0
+    assert args.eval_samples == 1 and args.eval_rows is None and args.task == "sql"
+    pilot = study.stage_args("pilot", tmp_path, 1e-5, 2)
+    assert pilot.steps == 10 and pilot.eval_samples == 0 and pilot.seeds == [100]
+    assert convergence.pending_runs(pilot) == [("gdpo", 100)]
+    assert study.PILOT_SEED not in study.SEEDS
+    # The diagnostics' blocks of 5 steps are the powered study's table over its 20 steps.
+    assert convergence_powered.STEPS == study.STEPS
+    with pytest.raises(ValueError, match="stage must be"):
+        study.stage_argv("grid", tmp_path, 1e-6, 1)
+
+
+def test_the_prediction_and_the_sizing_by_hand():
+    expected = study.prediction()
+    # The smoothstep warm-up by hand: beta at step s is 3u^2 - 2u^3, u = (s - 1) / 5, then 1.
+    betas = [min(1.0, 3 * u**2 - 2 * u**3) for u in (min((s - 1) / 5, 1.0) for s in range(1, 21))]
+    assert expected["betas"] == pytest.approx(betas)
+    cosines = {0.0: 0.374, 0.25: 0.497, 0.5: 0.545, 1.0: 0.580}
+
+    def gain(beta):  # linear between the measured betas
+        points = sorted(cosines)
+        for low, high in zip(points, points[1:], strict=False):
+            if low <= beta <= high:
+                share = (beta - low) / (high - low)
+                return ((1 - share) * cosines[low] + share * cosines[high]) / 0.374 - 1
+        raise AssertionError(beta)
+
+    weighted = sum((20 - s) * gain(betas[s - 1]) for s in range(1, 20)) / sum(range(1, 20))
+    assert expected["warmup_weighted_gain"] == pytest.approx(weighted)
+    assert expected["gain_at_beta_1"] == pytest.approx(0.580 / 0.374 - 1)
+    assert expected["share_central"] == pytest.approx(0.5 * weighted) == pytest.approx(0.217, abs=5e-4)  # fmt: skip
+    # The sizing from the powered SmolLM2 study's committed files; the plan's text quotes it.
+    sizing = study.sizing()
+    assert sizing["assumed_sd_share"] == pytest.approx(0.2206, abs=1e-4)
+    power = sizing["power"]
+    assert power["central, 5 seeds, alpha 0.05"] == pytest.approx(0.39, abs=0.005)
+    assert power["central, 5 seeds, alpha 0.025"] == pytest.approx(0.25, abs=0.005)
+    assert power["upper, 5 seeds, alpha 0.05"] == pytest.approx(0.90, abs=0.005)
+    assert power["upper, 5 seeds, alpha 0.025"] == pytest.approx(0.77, abs=0.005)
+    assert power["central, 3 seeds, alpha 0.05"] == pytest.approx(0.18, abs=0.005)
+    for quoted in ("r = +0.22", "0.434", "0.39 at alpha 0.05", "0.90 (0.77)", "0.22 of gdpo's"):
+        assert quoted in study.PLAN
+
+
+def test_the_plan_is_stored_and_a_changed_plan_refused(tmp_path, monkeypatch):
+    stored = study.store_plan(tmp_path)
+    text = (tmp_path / "plan.json").read_text()
+    assert stored["text"] == study.PLAN and study.store_plan(tmp_path) == stored
+    monkeypatch.setattr(study, "TRANSFER_CENTRAL", 0.6)
+    with pytest.raises(SystemExit, match=r"another plan \(prediction, sizing changed\)"):
+        study.store_plan(tmp_path)
+    monkeypatch.undo()
+    monkeypatch.setattr(study, "PLAN", study.PLAN.replace("strictly above", "above"))
+    with pytest.raises(SystemExit, match=r"another plan \(text changed\)"):
+        study.store_plan(tmp_path)
+    assert (tmp_path / "plan.json").read_text() == text  # never overwritten
+
+
+# ----------------------------------------------------------------------------- the pilot rule
+
+
+def pilot_records(summed, lengths=None, grad_norms=None):
+    """A pilot run's records: the summed reward per step (and lengths, gradient norms)."""
+    return [
+        {
+            "step": step,
+            "reward": value,
+            "rewards/sql_execution/mean": value / 3,
+            "loss": 0.1,
+            "grad_norm": (grad_norms or {}).get(step, 5.0),
+            "completions/mean_length": (lengths or {}).get(step, 60.0),
+        }
+        for step, value in enumerate(summed, start=1)
+    ]
+
+
+RISING = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9]
+FLAT = [1.3] * 10
+
+
+def test_the_learning_rate_rule_on_synthetic_pilots():
+    low, middle, high = study.LEARNING_RATES
+    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING), high: pilot_records(RISING)})  # fmt: skip
+    assert rule["complete"] and rule["chosen"] == high
+    assert rule["rates"][high]["early"] == pytest.approx(1.2)
+    assert rule["rates"][high]["late"] == pytest.approx(1.7)
+    # The largest collapses (a NaN gradient norm at step 7): the next rising rate.
+    nan = pilot_records(RISING, grad_norms={7: float("nan")})
+    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING), high: nan})
+    assert rule["chosen"] == middle and rule["rates"][high]["collapse"] == "step 7: grad_norm nan"
+    assert rule["rates"][high]["rises"]  # it rose, and still is not chosen
+    # Completions shrinking to 3 tokens are a collapse too; the middle rate does not rise.
+    short = pilot_records(RISING, lengths={9: 3.0})
+    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(FLAT), high: short})
+    assert rule["chosen"] == low and rule["rates"][high]["collapse"] == "step 9: mean completion 3 tokens"  # fmt: skip
+    assert not rule["rates"][middle]["rises"]  # equal halves are not a rise
+    # None rises: the smallest rate.
+    falling = pilot_records(RISING[::-1])
+    rule = study.pilot_rule({low: falling, middle: pilot_records(FLAT), high: falling})
+    assert rule["chosen"] == low and not any(part["rises"] for part in rule["rates"].values())
+    # Incomplete (a rate with 9 steps): nothing is chosen, and the study refuses to start.
+    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING[:9]), high: pilot_records(RISING)})  # fmt: skip
+    assert not rule["complete"] and rule["chosen"] is None and rule["rates"][middle]["steps"] == 9
+
+
+def test_the_study_refuses_to_start_before_the_pilot_is_complete(tmp_path):
+    write_pilot(tmp_path, complete=False)
+    with pytest.raises(SystemExit, match="the pilot is not complete"):
+        study.chosen_rate(tmp_path)
+    write_pilot(tmp_path, complete=True)
+    assert study.chosen_rate(tmp_path) == 3e-6  # the fixture's 1e-5 collapses
+
+
+# ----------------------------------------------------------------------------- a fixture
+
+
+SHIFTS = {0: 0.02, 1: 0.04, 2: -0.01}  # mrtpo's execution reward above gdpo's from step 2 on
+SUMMED_SHIFTS = {0: 0.10, 1: 0.05, 2: 0.15}
+
+
+def study_records(arm: str, seed: int, steps: int = 20) -> list[dict]:
+    """A study run's records: gdpo's execution reward 0.3 + 0.01 (t - 1) + 0.01 seed, summed
+    1.2 + 0.04 (t - 1); mrtpo's shifted from step 2 on (step 1 is the same sample)."""
+    records = []
+    for step in range(1, steps + 1):
+        moved = arm == "mrtpo" and step > 1
+        execution = 0.3 + 0.01 * (step - 1) + 0.01 * seed + (SHIFTS[seed] if moved else 0.0)
+        summed = 1.2 + 0.04 * (step - 1) + (SUMMED_SHIFTS[seed] if moved else 0.0)
+        record = {
+            "step": step,
+            "loss": 0.2,
+            "grad_norm": 5.0 + step / 10 + (5.0 if arm == "mrtpo" else 0.0),
+            "completions/mean_length": 80.0 - step,
+            "completions/clipped_ratio": max(0.0, 0.5 - 0.025 * step),
+            "rewards/sql_format/mean": summed - 2 * execution,
+            "rewards/sql_executable/mean": execution,
+            "rewards/sql_execution/mean": execution,
+            "reward": summed,
+            "step_time": 300.0,
+        }
+        if arm == "mrtpo":
+            record["mrtpo/reallocation_ratio"] = 0.1 * step
+        records.append(record)
+    return records
+
+
+def write_run(folder: Path, records, record: dict, evaluation: dict | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    convergence._write_json(folder / "run.json", record)
+    if evaluation is not None:
+        convergence._write_json(folder / "final_eval.json", evaluation)
+
+
+def run_record(steps: int, commit: str = "abcdef1234567890") -> dict:
+    return {
+        "train_cpu_seconds": 330.0 * steps,
+        "peak_rss_mb": 15 * 1024.0,
+        "sessions": [{"commit": commit, "checkpoint": None}],
+        "trained": True,
+        "eval_cpu_seconds": 1200.0,
+    }
+
+
+def write_pilot(results: Path, complete: bool = True) -> None:
+    curves = {1e-6: FLAT, 3e-6: RISING, 1e-5: RISING}
+    for rate, summed in curves.items():
+        lengths = {4: 2.0} if rate == 1e-5 else None
+        records = pilot_records(summed if complete or rate != 3e-6 else summed[:9], lengths)
+        folder = study.pilot_results(results, rate) / "sql" / "gdpo" / "seed100"
+        write_run(folder, records, run_record(len(records)))
+
+
+def write_fixture(results: Path) -> None:
+    """The plan, a complete pilot, seeds 0-2 of both arms done and evaluated, seed 3's gdpo
+    at 7 steps."""
+    study.store_plan(results)
+    write_pilot(results)
+    root = study.study_results(results) / "sql"
+    convergence._write_json(
+        root / "study.json",
+        {
+            "command": "python benchmarks/sql_training_study.py --study",
+            "seeds": {"gdpo": list(study.SEEDS), "mrtpo": list(study.SEEDS)},
+        },  # fmt: skip
+    )
+    for seed in range(3):
+        for arm in ("gdpo", "mrtpo"):
+            right = 40 + seed + (5 + seed if arm == "mrtpo" else 0)
+            evaluation = {
+                part: {
+                    "rows": 85,
+                    "sql_execution": {"mean": (right - offset) / 85},
+                    "sql_executable": {"mean": (right + 10) / 85},
+                    "sql_format": {"mean": (right + 20) / 85},
+                }
+                for part, offset in (("sampled", 5), ("greedy", 0))
+            }
+            write_run(root / arm / f"seed{seed}", study_records(arm, seed), run_record(20), evaluation)  # fmt: skip
+    write_run(root / "gdpo" / "seed3", study_records("gdpo", 3)[:7], {**run_record(7), "trained": False})  # fmt: skip
+
+
+def test_auc_paired_t_and_holm_by_hand(tmp_path):
+    write_fixture(tmp_path)
+    runs = study.load_study(tmp_path)
+    assert study.complete_seeds(runs) == [0, 1, 2]
+    tests = {t["endpoint"]: t for t in study.primary_tests(runs)}
+    # mrtpo's shift lifts steps 2-20: 19 of the 20 steps of the mean.
+    execution = [SHIFTS[s] * 19 / 20 for s in range(3)]
+    summed = [SUMMED_SHIFTS[s] * 19 / 20 for s in range(3)]
+    for key, differences in ((study.EXECUTION, execution), (study.SUMMED, summed)):
+        test = tests[key]
+        assert list(test["differences"].values()) == pytest.approx(differences)
+        reference = stats.ttest_rel(np.array(differences) + 1.0, np.ones(3))
+        assert test["test"]["p"] == pytest.approx(reference.pvalue)
+        assert test["test"]["mean"] == pytest.approx(np.mean(differences))
+    p_execution, p_summed = tests[study.EXECUTION]["test"]["p"], tests[study.SUMMED]["test"]["p"]
+    assert p_summed < p_execution  # Holm: the smaller p times 2, the larger as is (monotone)
+    assert tests[study.SUMMED]["holm_p"] == pytest.approx(2 * p_summed)
+    assert tests[study.EXECUTION]["holm_p"] == pytest.approx(max(p_execution, 2 * p_summed))
+    # gdpo's learned area: the execution reward rises 0.01 a step, mean of 0.01 (t - 1) = 0.095.
+    assert tests[study.EXECUTION]["gdpo_learned_area"] == pytest.approx(0.095)
+    assert tests[study.SUMMED]["gdpo_learned_area"] == pytest.approx(0.38)
+    share = study.prediction()["share_central"]
+    assert tests[study.SUMMED]["predicted"] == pytest.approx(share * 0.38)
+    assert study.steps_to_level(study_records("gdpo", 0)) == 21  # 1.2 + 0.04 * 19 = 1.96
+    assert study.steps_to_level(study_records("mrtpo", 2)) == 19  # (1.99 + 2.03 + 2.07) / 3 >= 2
+    assert study.steps_to_level(study_records("gdpo", 0)[:7]) is None
+
+
+def test_the_noise_check_after_three_seeds(tmp_path):
+    write_fixture(tmp_path)
+    runs = study.load_study(tmp_path)
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    text = study.noise_check(runs, plan)
+    sd = float(np.std([SUMMED_SHIFTS[s] * 0.95 for s in range(3)], ddof=1))
+    effect = study.prediction()["share_central"] * 0.38
+    power = update_quality.paired_power(effect, sd, 5, 0.05)
+    assert sd == pytest.approx(0.0475) and power == pytest.approx(0.82, abs=0.01)
+    row = f"| summed reward | +0.3800 | {sd:.4f} | {sd / 0.38:.3f} | {effect:+.4f} | {power:.2f} |"
+    assert row in text
+    two = {arm: {s: run for s, run in seeds.items() if s < 2} for arm, seeds in runs.items()}
+    assert study.noise_check(two, plan) == "(after 3 complete seeds; 2 so far)\n"
+
+
+def test_the_report_regenerates_byte_for_byte_from_the_files(tmp_path):
+    write_fixture(tmp_path)
+    path = study.write_report(tmp_path)
+    text = path.read_text()
+    assert text == EXPECTED_README.read_text()
+    assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "pilot.png").is_file()
+    assert study.write_report(tmp_path).read_text() == text  # from the files alone, again
+    assert "**The study's learning rate: 3e-06.**" in text
+    assert "step 4: mean completion 2 tokens" in text
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+class Killed(Exception):
+    """Stands for the process being killed right after its first checkpoint."""
+
+
+@pytest.mark.slow
+def test_a_run_resumes_mid_run_and_is_evaluated_on_the_tiny_model(
+    tmp_path, tiny_model_dir, monkeypatch, one_torch_thread
+):
+    argv = study.stage_argv("study", tmp_path, 1e-5, 1)
+    argv += ["--steps", "2", "--save_steps", "1", "--prompts", "2", "--generations", "2"]
+    argv += ["--micro_batch", "2", "--max_completion_length", "8", "--eval_rows", "2"]
+    args = convergence.parse_args(argv + ["--eval_batch", "2"])
+    folder = convergence.run_dir(args, "mrtpo", 0)
+    save = transformers.Trainer._save_checkpoint
+
+    def save_then_die(self, *arguments, **keywords):
+        save(self, *arguments, **keywords)
+        raise Killed
+
+    def train(arm):
+        convergence.train_run(
+            args, arm, 0, start=str(tiny_model_dir), evaluate=study.evaluate_sql,
+            provenance=update_quality.engine(),
+        )  # fmt: skip
+
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        train("mrtpo")
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save)
+    assert (folder / "checkpoints" / "checkpoint-1").is_dir()
+    train("mrtpo")
+    run = json.loads((folder / "run.json").read_text())
+    assert run["resumed_from"] == ["checkpoint-1"] and run["trained"]
+    assert [s["checkpoint"] for s in run["sessions"]] == [None, "checkpoint-1"]
+    assert all(len(s["commit"]) == 40 and "start_sha256" in s for s in run["sessions"])
+    records = convergence.read_metrics(folder / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    evaluation = json.loads((folder / "final_eval.json").read_text())
+    assert run["eval_seed"] == 1000
+    for part in ("sampled", "greedy"):
+        assert evaluation[part]["rows"] == 2 and len(evaluation[part]["execution_scores"]) == 2
+        assert 0 <= evaluation[part]["sql_execution"]["mean"] <= 1
+    assert evaluation["sampled"]["seed"] == 1000 and evaluation["greedy"]["decoding"] == "greedy"
+    # Paired: the same seed draws the same first sample in both arms (beta is 0 at step 1).
+    train("gdpo")
+    gdpo = convergence.read_metrics(convergence.run_dir(args, "gdpo", 0) / "metrics.jsonl")
+    for key in ("reward", "completions/mean_length", "rewards/sql_format/mean"):
+        assert gdpo[0][key] == records[0][key]
+    assert not math.isnan(gdpo[1]["loss"])
