@@ -3,6 +3,8 @@ several processes, logged metrics and files, credit-map hook."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import logging
 import os
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from trainer_toys import ContainsLetter, EvenLength, toy_dataset, toy_verifiers
+from trainer_toys import CPU_RUN, ContainsLetter, EvenLength, toy_dataset, toy_verifiers
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
@@ -26,6 +28,8 @@ from mrtpo import advantages, tasks
 from mrtpo.step_data import ScoredBatch
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import ESTIMATORS, MRTPOConfig, MRTPOTrainer, _top_share_sums
+from mrtpo.trainer_credit import CreditMapsMixin
+from mrtpo.trainer_shared_prompt import SharedPromptMixin
 from mrtpo.verifiers import Verdict, Verifier
 
 TESTS = Path(__file__).resolve().parent
@@ -830,7 +834,7 @@ def test_resume_continues_steps_optimizer_and_scheduler(tmp_path):
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch, estimator):
-    import mrtpo.trainer as trainer_module
+    import mrtpo.trainer_credit as trainer_module
 
     received = []
     original = trainer_module.write_training_maps
@@ -881,6 +885,52 @@ def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch,
 
 
 # ---------------------------------------------------------------------- metric helper
+
+
+# ---------------------------------------------------------------------- the mixins
+
+
+def attributes_read_on_self(cls: type) -> set[str]:
+    """Every `self.<name>` in the source of `cls`'s methods (read, written or called)."""
+    tree = ast.parse(inspect.getsource(cls))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
+
+
+@pytest.mark.parametrize("mixin", [CreditMapsMixin, SharedPromptMixin])
+def test_each_mixin_declares_what_it_needs_from_the_trainer(tmp_path, mixin):
+    """A mixin's class body declares (annotations without values) what its methods use of the
+    trainer: everything they use on `self` is the mixin's own or declared, every declaration is
+    used, and a trainer has every declared attribute."""
+    own = {name for name in vars(mixin) if not name.startswith("__")}
+    declared = set(vars(mixin).get("__annotations__", {})) - own
+    used = attributes_read_on_self(mixin)
+    assert used - own - declared == set(), f"{mixin.__name__} uses undeclared trainer attributes"
+    assert declared - used == set(), f"{mixin.__name__} declares what it does not use"
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(output_dir=str(tmp_path), **CPU_RUN)
+    trainer = MRTPOTrainer(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
+    assert sorted(name for name in declared if not hasattr(trainer, name)) == []
+
+
+def test_the_credit_maps_are_written_by_their_mixin():
+    """The trainer calls the credit-map mixin (`_credit_maps_due`, `_write_credit_maps`), and
+    the mixin calls back only what it declares (test above): the write lives in the mixin."""
+    assert "_write_credit_maps" in vars(CreditMapsMixin)
+    assert "_write_credit_maps" not in vars(MRTPOTrainer)
+    assert {"_write_credit_maps", "_credit_maps_due"} <= attributes_read_on_self(MRTPOTrainer)
+    assert "_credit_maps" not in attributes_read_on_self(MRTPOTrainer)
 
 
 def test_top_share_by_hand():

@@ -48,7 +48,6 @@ from trl import GRPOTrainer
 from mrtpo import advantages, shared_prompt
 from mrtpo.advantages import EPS as EPS  # its home; imported from here by older code
 from mrtpo.config import ESTIMATORS, REPLAY_INFORMATION, REPLAY_MODES, WEIGHTINGS, MRTPOConfig
-from mrtpo.credit import write_training_maps
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
 from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
@@ -634,14 +633,6 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
             importance_sampling_ratio=importance_sampling_ratio,
             **gamma,
         )
-
-    # ------------------------------------------------------------------ credit maps
-
-    def _write_credit_maps(self, scored: ScoredBatch, step: StepAdvantages, width: int) -> None:
-        """This step's credit maps (`mrtpo.trainer_credit`), written by the main process."""
-        maps = self._credit_maps(scored, step, width)
-        if maps is not None:
-            write_training_maps(self.args.output_dir, self.state.global_step, maps)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -8,20 +8,59 @@ weights and advantages trained on, the verdicts and the response's text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import torch
 
-from mrtpo.credit import CreditMap
+from mrtpo.credit import CreditMap, write_training_maps
 from mrtpo.credit.replay import last_user_message
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages
 from mrtpo.verifiers import Verdict, completion_text
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import TrainerState
+
+    from mrtpo.advantages import Estimator
+    from mrtpo.config import MRTPOConfig
 
 CREDIT_ROWS_PER_END = 1  # credit maps: this many lowest- and this many highest-reward rows
 
 
 class CreditMapsMixin:
-    """The credit-map methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`: they read TRL's
-    `args`, `state`, `accelerator`, `processing_class` and the reward functions, the trainer's
-    `_estimator` and `_last_credit_step`, and call its `_replay` and `_beta_stays_zero`."""
+    """The credit-map methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`.
+
+    The trainer calls `_credit_maps_due` and `_write_credit_maps`; what the methods need from
+    the trainer is declared below the docstring, and nothing else is used (checked by
+    tests/test_trainer.py).
+    """
+
+    # Needed from the trainer: annotations only (nothing defined here, so nothing of TRL's
+    # shadowed). TRL's:
+    args: MRTPOConfig
+    state: TrainerState
+    accelerator: Accelerator
+    processing_class: Any  # the tokenizer
+    reward_funcs: list[Any]
+    reward_func_names: list[str]
+    # MRTPOTrainer's: its estimator, the step of the last maps (None: none yet; set here),
+    # the replay of some local rows (every process calls it alike) and whether beta stays 0
+    # over the batch being made.
+    _estimator: Estimator
+    _last_credit_step: int | None
+    _replay: Callable[..., ReplayResult]
+    _beta_stays_zero: Callable[[], bool]
+
+    def _write_credit_maps(self, scored: ScoredBatch, step: StepAdvantages, width: int) -> None:
+        """This step's credit maps, written by the main process (`write_training_maps`) into
+        `output_dir/credit`; every process calls it (each may replay its own shown rows).
+
+        width: the completion width T of the batch's tensors.
+        """
+        maps = self._credit_maps(scored, step, width)
+        if maps is not None:
+            write_training_maps(self.args.output_dir, self.state.global_step, maps)
 
     def _credit_maps_due(self) -> bool:
         """Every `credit_map_steps` optimizer steps (from step 0). The same answer on every
@@ -42,7 +81,7 @@ class CreditMapsMixin:
         GRPO and GDPO replay just those rows (to show where MRTPO would put the credit beside
         their uniform assignment); every process replays its own pick, possibly none (every
         process enters `_replay`, which gathers sharded parameters); the main process's maps
-        are written by the trainer's `_write_credit_maps`.
+        are written by `_write_credit_maps`.
         MRTPO's maps show its step's own replay: a reward it did not replay on a row (Ã_k = 0
         there) shows as not replayed; while beta is 0 (nothing replayed) the shown rows are
         replayed for the map.

@@ -53,7 +53,7 @@ class MetricsMixin:
         weighted reward sum_k c_k r_k with this step's c_k goes to `mrtpo/weighted_reward` (TRL's
         `reward` uses the static weights). `mrtpo/opposite_sign_rows_share`: the rows where
         rewards' Ã_k have opposite signs, where per-token credit can differ from GDPO's. eps:
-        the trainer's `EPS`, as its advantages use it.
+        `mrtpo.advantages.EPS`, as the advantages use it.
         """
         table = self._logs["advantages"]
         for _ in range(min(len(batch_response), len(table))):
@@ -120,7 +120,7 @@ class MetricsMixin:
     def _log_replay(
         self, scored: ScoredBatch, step: StepAdvantages, group_size: int, eps: float
     ) -> None:
-        """The replay's metrics (see the module docstring); eps: the trainer's `EPS`."""
+        """The replay's metrics (see the module docstring); eps: `mrtpo.advantages.EPS`."""
         metrics = self._metrics["train"]
         token = step.token
         replay = token.replay

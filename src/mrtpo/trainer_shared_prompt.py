@@ -13,19 +13,40 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from trl.trainer import grpo_trainer as trl_grpo
 
 from mrtpo import shared_prompt
 
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+    from mrtpo.config import MRTPOConfig
+
 logger = logging.getLogger("mrtpo.trainer")  # the trainer's logger: its warnings keep their name
 
 
 class SharedPromptMixin:
-    """The shared-prompt methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`: they read
-    TRL's `model`, `ref_model`, `args`, `accelerator` and generation settings, and the trainer's
-    `_shares_prompt`; `_get_per_token_logps_and_entropies` wraps TRL's."""
+    """The shared-prompt methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`:
+    `_get_per_token_logps_and_entropies` wraps TRL's (the next class in the trainer's order).
+
+    What the methods need from the trainer is declared below the docstring, and nothing else is
+    used (checked by tests/test_trainer.py).
+    """
+
+    # Needed from the trainer: annotations only (nothing defined here, so nothing of TRL's
+    # shadowed). TRL's models, settings and generation switches:
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None
+    args: MRTPOConfig
+    accelerator: Accelerator
+    num_generations: int
+    use_vllm: bool
+    use_transformers_continuous_batching: bool
+    # MRTPOTrainer's: whether this run shares prompts (`_install_shared_prompt`'s answer).
+    _shares_prompt: bool
 
     def _install_shared_prompt(self) -> bool:
         """Switch the policy (and the reference model) to the shared-prompt attention and the
