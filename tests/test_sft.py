@@ -273,6 +273,15 @@ def untied_model_and_first_reference_token(task, examples):
     return model, tokenizer, dataset, token_id
 
 
+def pieceless_row(trained_rows: torch.Tensor, token_id: int) -> torch.Tensor:
+    """Where a token without pieces of its own starts: the trained rows' mean plus a tenth
+    (`cold_start.PIECELESS_OFFSET_SCALE`) of their per-coordinate spread times a normal draw
+    seeded by its id."""
+    draw = torch.randn(trained_rows.shape[1], generator=torch.Generator().manual_seed(token_id))
+    offset = cold_start.PIECELESS_OFFSET_SCALE * trained_rows.std(dim=0) * draw
+    return trained_rows.mean(dim=0) + offset
+
+
 @pytest.mark.parametrize("method", ["fit", "mean"])
 def test_untrained_rows_are_initialized_so_the_references_can_be_written(capitals, method):
     from mrtpo.models import untrained_token_ids
@@ -293,10 +302,11 @@ def test_untrained_rows_are_initialized_so_the_references_can_be_written(capital
     assert torch.equal(inputs[others], untouched[0][others])  # no other row moves
     assert torch.equal(outputs[others], untouched[1][others])
     # "<" is a single character of the vocabulary, no pieces of its own: the mean of the trained
-    # rows, without the zero padding row 0 and the twin token_id + 1, both never trained.
+    # rows, without the zero padding row 0 and the twin token_id + 1, both never trained, plus
+    # its seeded offset.
     trained = others.clone()
     trained[[0, token_id + 1]] = False
-    torch.testing.assert_close(inputs[token_id], untouched[0][trained].mean(dim=0))
+    torch.testing.assert_close(inputs[token_id], pieceless_row(untouched[0][trained], token_id))
     assert untrained_token_ids(model, [token_id]) == []
     # Log p where the references write the token, measured independently of the function.
     prompt = render_prompt_ids(tokenizer, [dataset[0]["prompt"]])[0]
@@ -305,7 +315,7 @@ def test_untrained_rows_are_initialized_so_the_references_can_be_written(capital
     log_p = torch.log_softmax(logits, dim=-1)
     best_other = float(log_p[len(prompt) - 1, others].max())
     if method == "mean":  # the output matrix's row 0 and token_id + 1 are ordinary rows
-        torch.testing.assert_close(outputs[token_id], untouched[1][others].mean(dim=0))
+        torch.testing.assert_close(outputs[token_id], pieceless_row(untouched[1][others], token_id))
         assert abs(after - before) < 1.0  # about the average logit: still not writable
     else:
         # As likely as the model's best other choice where the references write it...
@@ -442,9 +452,7 @@ def test_the_means_leave_out_rows_never_trained():
     trained = torch.ones(len(tokenizer), dtype=torch.bool)
     trained[[0, opening[1], *unused, *tags, plain, plain + 1]] = False
     # The mean and spread of the trained rows only, plus the token's own seeded draw.
-    draw = torch.randn(inputs.shape[1], generator=torch.Generator().manual_seed(plain))
-    offset = cold_start.PIECELESS_OFFSET_SCALE * untouched[trained].std(dim=0) * draw
-    torch.testing.assert_close(inputs[plain], untouched[trained].mean(dim=0) + offset)
+    torch.testing.assert_close(inputs[plain], pieceless_row(untouched[trained], plain))
 
 
 def test_fit_accepts_a_bf16_model_and_still_refuses_a_bias():
