@@ -30,24 +30,11 @@ from typing import Any
 from datasets import Dataset, Features, Value
 
 from mrtpo.tasks.instructions.loader import SYSTEM_PROMPT
+from mrtpo.tasks.instructions.muldimif_checkers import instruction_id, parse_constraint
 
-ID_PREFIX = "muldimif/"
 PATTERNS = ("Example", "Listing", "Incorporation")
 LEVELS = ("Level 1", "Level 2", "Level 3", "Level 4")
 ROW_FIELDS = ("id", "conversations", "constraints", "constraint_pattern", "difficulty")
-
-
-def instruction_id(category: str, subtype: str) -> str:
-    """The instruction id of a MulDimIF constraint: `muldimif/<category>/<subtype>`."""
-    return f"{ID_PREFIX}{category}/{subtype}"
-
-
-def split_instruction_id(value: str) -> tuple[str, str]:
-    """(category, subtype) of a `muldimif/<category>/<subtype>` id; ValueError otherwise."""
-    if not value.startswith(ID_PREFIX) or "/" not in value[len(ID_PREFIX) :]:
-        raise ValueError(f"instruction id {value!r} is not a MulDimIF one")
-    category, subtype = value[len(ID_PREFIX) :].split("/", 1)
-    return category, subtype
 
 
 def is_muldimif_file(path: str | Path) -> bool:
@@ -160,8 +147,6 @@ def muldimif_columns(
         messages = _messages(row_id, row["conversations"])
         constraints = _constraints(row_id, row["constraints"])
         if check:
-            from mrtpo.tasks.instructions.muldimif_checkers import parse_constraint
-
             for category, subtype, words in constraints:
                 try:
                     parse_constraint(category, subtype, words)

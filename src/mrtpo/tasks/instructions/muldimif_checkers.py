@@ -28,8 +28,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrtpo.tasks.instructions import registry
-from mrtpo.tasks.instructions.muldimif import instruction_id
 from mrtpo.tasks.instructions.registry import Outcome
+
+ID_PREFIX = "muldimif/"
+
+
+def instruction_id(category: str, subtype: str) -> str:
+    """The instruction id of a MulDimIF constraint: `muldimif/<category>/<subtype>`."""
+    return f"{ID_PREFIX}{category}/{subtype}"
+
+
+def split_instruction_id(value: str) -> tuple[str, str]:
+    """(category, subtype) of a `muldimif/<category>/<subtype>` id; ValueError otherwise."""
+    if not value.startswith(ID_PREFIX) or "/" not in value[len(ID_PREFIX) :]:
+        raise ValueError(f"instruction id {value!r} is not a MulDimIF one")
+    category, subtype = value[len(ID_PREFIX) :].split("/", 1)
+    return category, subtype
+
 
 # -- dispatch ------------------------------------------------------------------------------------
 # (category, subtype) -> the official checker family, for every pair MulDimIF's evaluation knows.
@@ -1108,7 +1123,9 @@ class HeadingRule:
             "first": f"the first heading at level {self.level}",
             "questions": "question headings at level 2",
             "only": f"exactly one level-{self.level} heading",
-            "any": f"a heading at level {self.level}",
+            "any": "at least one heading"
+            if self.level == "any_level"
+            else f"a heading at level {self.level}",
         }[self.kind]
 
     def holds(self, headings: list[tuple[int, str]]) -> bool:

@@ -18,6 +18,8 @@ from mrtpo.tasks.instructions.metrics import (
     PROMPT_LEVEL,
     load_following_benchmark,
 )
+from mrtpo.tasks.instructions.muldimif import is_muldimif_file, load_muldimif
+from mrtpo.tasks.instructions.muldimif_metrics import load_muldimif_benchmark
 from mrtpo.tasks.instructions.slots import ConstraintSlot
 from mrtpo.verifiers import Verdict
 
@@ -38,10 +40,13 @@ class InstructionsTask(Task):
         skip_unknown: bool = False,
         **kwargs: Any,
     ) -> Dataset:
-        """The bundled split ("train" or "test"), or an IFEval or IFBench JSONL file at `path`
-        (the same layout; the instruction ids of both are known)."""
+        """The bundled split ("train" or "test"), or the file at `path`: IFEval's or IFBench's
+        JSONL (the same layout; the instruction ids of both are known) or MulDimIF's JSON list
+        (`load_muldimif`, recognized by its layout)."""
         if kwargs:
             raise ValueError(f"unexpected arguments {sorted(kwargs)} for the instructions task")
+        if path is not None and is_muldimif_file(path):
+            return load_muldimif(path, system_prompt=self.system_prompt)
         if path is not None:
             return load_ifeval(path, skip_unknown=skip_unknown, system_prompt=self.system_prompt)
         if split not in ("train", "test"):
@@ -86,14 +91,18 @@ class InstructionsTask(Task):
     ) -> Benchmark | None:
         """The IFEval or IFBench JSONL file at `path`: the four accuracies IFEval and IFBench
         report (prompt- and instruction-level, strict and loose) and per-id accuracy over every
-        instruction of each row, not only the first `max_constraints` (`metrics`); None for a
-        folder."""
+        instruction of each row, not only the first `max_constraints` (`metrics`); a MulDimIF
+        file: sample and constraint accuracy by pattern, level, category and type
+        (`muldimif_metrics`); None for a folder."""
         if not Path(path).is_file():
             return None
         if categories:
+            # (MulDimIF has none either; the message is the one users and tests know)
             raise ValueError(
                 f"categories are BFCL's; IFEval and IFBench have none, got {list(categories)}"
             )
+        if is_muldimif_file(path):
+            return load_muldimif_benchmark(path, max_examples, self.system_prompt)
         return load_following_benchmark(path, max_examples, self.system_prompt)
 
 
