@@ -1265,7 +1265,7 @@ def test_placebo_replays_each_row_with_another_prompts_information(tmp_path, mon
                 verdicts=[[Verdict(1.0, labels[row]) for row in local]],
                 local=slice(start, start + per_process),
             )
-            for row, (info,) in zip(local, placebo._replay_infos(scored), strict=True):
+            for row, (info,) in zip(local, placebo._replay_infos(scored, "placebo"), strict=True):
                 _, group, _, position = info.split()
                 assert int(position) == row % group_size, (step, row)  # the same position
                 partners.setdefault(row // group_size, set()).add(int(group))
@@ -1422,3 +1422,11 @@ def test_the_console_says_why_a_run_cannot_learn(tiny_model_dir, tmp_path, capsy
     assert "varying groups 50%" in step_summary(
         {"rewards/a/mean": 1.0, "mrtpo/varying_groups": 0.5}, 1, 2
     )
+
+
+def test_the_metrics_mixin_declares_what_it_needs_from_the_trainer(tmp_path):
+    """As the other mixins (the test above): `MetricsMixin` uses on `self` only its own and what
+    its class body declares, declares nothing it does not use, and a trainer has it all."""
+    from mrtpo.trainer_metrics import MetricsMixin
+
+    test_each_mixin_declares_what_it_needs_from_the_trainer(tmp_path, MetricsMixin)

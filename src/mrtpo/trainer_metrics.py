@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mrtpo import advantages
 from mrtpo.step_data import ScoredBatch, StepAdvantages
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+    from mrtpo.config import MRTPOConfig
+    from mrtpo.reward_weighting import RewardWeighting
 
 TOP_SHARE = 0.10  # the "top 10% of tokens" of the distance-concentration metric
 # A run whose first this many generation batches (one per optimizer step with the defaults) have
@@ -28,9 +36,24 @@ logger = logging.getLogger("mrtpo.trainer")  # the trainer's logger: its warning
 
 
 class MetricsMixin:
-    """The metric methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`: they read TRL's
-    `_metrics`, `_logs`, `accelerator`, `args`, `model`, `state` and the reward functions, and
-    the trainer's `_weighting`; `log` wraps TRL's."""
+    """The metric methods of `mrtpo.trainer.MRTPOTrainer`, a `GRPOTrainer`; `log` wraps TRL's.
+
+    What the methods need from the trainer is declared below the docstring, and nothing else is
+    used (checked by tests/test_trainer.py).
+    """
+
+    # Needed from the trainer: annotations only (nothing defined here, so nothing of TRL's
+    # shadowed). TRL's: its metric windows and completions table, which `log` averages and
+    # prints; the rest as TRL sets them.
+    _metrics: dict[str, defaultdict[str, list[float]]]
+    _logs: dict[str, Any]
+    model: torch.nn.Module
+    args: MRTPOConfig
+    accelerator: Accelerator
+    reward_funcs: list[Any]
+    reward_func_names: list[str]
+    # MRTPOTrainer's: the reward weighting (static weights, or SAW's per step).
+    _weighting: RewardWeighting
 
     # Whether a training generation batch so far had a group whose rewards vary, how many had
     # none, and whether the run was warned (`_watch_learning_signal`); set on the instance.
