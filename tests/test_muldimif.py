@@ -5,6 +5,7 @@ official quirks, blank responses, the breakdown on hand-checked rows, and (when
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,30 @@ def test_checker_on_both_sides_of_its_limit(category, subtype, words, follows, b
     followed, broken = rule.check(follows), rule.check(breaks)
     assert followed.passed, followed.reason
     assert not broken.passed, broken.reason
+
+
+HOSTILE = [
+    " " * 50_000,
+    "\n" * 50_000,
+    "<a" + " " * 50_000,
+    "# a" + " " * 50_000 + "b",
+    "|" + "-" * 50_000,
+    "**" + "x" * 50_000,
+    "1." + "\n" * 50_000,
+    '<a x="' * 10_000,
+    "[" * 50_000,
+    "中 " * 25_000,
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
+def test_every_checker_answers_in_linear_time(text):
+    """Model-written text is untrusted: no checker may take time quadratic in it (the
+    official sentence count, heading, XML-tag and line-start patterns do)."""
+    started = time.perf_counter()
+    for category, subtype, words, *_ in CASES:
+        parse_constraint(category, subtype, words).check(text)
+    assert time.perf_counter() - started < 5.0
 
 
 def test_verdict_info_names_the_constraint_and_what_was_found():

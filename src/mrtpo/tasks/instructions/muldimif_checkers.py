@@ -210,7 +210,17 @@ def _count_keyword(keyword: str, text: str) -> int:
 
 
 # -- the shape of a response (the official "each ..." checkers read elements by it) ---------------
-_TABLE_LINE = re.compile(r"^\s*\|.+\|", re.M)
+def some_line_starts(pattern: str, text: str) -> bool:
+    """Whether `pattern` (which opens with `\\s*`) matches at the start of a line of `text`,
+    each line with its newline: what `re.search("^" + pattern, text, re.M)` finds, without its
+    time quadratic in a run of blank lines (its `\\s*` crosses them from every line start)."""
+    lines = text.split("\n")
+    last = len(lines) - 1
+    return any(
+        re.match(pattern, line + ("\n" if index < last else "")) for index, line in enumerate(lines)
+    )
+
+
 _BULLET_LINE = re.compile(r"^\s*[-*] ")
 _NUMBERED_LINE = re.compile(r"^\s*\d+\.\s+")
 
@@ -220,7 +230,7 @@ def response_shape(text: str) -> str:
     bullet (opens with "- " or "* ") or plain, in this order."""
     if re.match(r"\s*[{\[]", text):
         return "json"
-    if _TABLE_LINE.search(text):
+    if some_line_starts(r"\s*\|.+\|", text):
         return "table"
     if _NUMBERED_LINE.match(text):
         return "numbered"
@@ -814,7 +824,9 @@ def _read_bounds(
 
 def count_sentences_official(text: str) -> int:
     """MulDimIF's sentence count: runs of text ending in . ! or ?, blank ones left out."""
-    return sum(1 for piece in re.findall(r"[^.!?]*[.!?]", text) if piece.strip())
+    # Each run ends with its terminator, so none is blank: the count is that of . ! and ?
+    # (counted directly: the run pattern takes time quadratic in a text without them).
+    return sum(text.count(mark) for mark in ".!?")
 
 
 def read_sentences(words: str) -> Rule:
@@ -1258,7 +1270,8 @@ def markdown_headings(text: str) -> list[tuple[int, str]]:
     """(level, text) of each line that is `#`s, a space and a title."""
     headings = []
     for line in text.split("\n"):
-        if found := re.match(r"^(#+)\s+(.*?)\s*$", line.strip()):
+        # the line is stripped, so the title is all after the #s and spaces
+        if found := re.match(r"(#+)\s+(.*)", line.strip()):
             headings.append((len(found[1]), found[2].strip()))
     return headings
 
@@ -1624,7 +1637,10 @@ def read_json(words: str) -> Rule:
             value = json.loads(fenced[1].strip() if fenced else text)
         except (json.JSONDecodeError, RecursionError):
             return False, "no JSON (the whole response, or its ```json block, does not parse)"
-        depth = json_depth(value)
+        try:
+            depth = json_depth(value)
+        except RecursionError:
+            return False, "JSON nested too deep to measure"
         if not readable:
             return False, f"depth {depth}, no level limit read"
         return _within(depth, low, high), f"JSON nesting depth {depth}"
@@ -1638,9 +1654,9 @@ def read_json(words: str) -> Rule:
 
 
 # -- Format / Others (XML attributes, bullets, block quotes, table rows, references, lengths) ----
-_XML_TAG = re.compile(
-    r"<\s*([a-zA-Z_:][\w:.-]*)\s*(?:\s+[a-zA-Z_:][\w:.-]*=['\"][^'\"]*['\"])*\s*/?>"
-)
+# A tag: name, attributes each after a space, optional /, >. (The official pattern puts a
+# second `\s*` before the attributes, the same tags in time quadratic in a run of spaces.)
+_XML_TAG = re.compile(r"<\s*([a-zA-Z_:][\w:.-]*)(?:\s+[a-zA-Z_:][\w:.-]*=['\"][^'\"]*['\"])*\s*/?>")
 _XML_ATTRIBUTE = re.compile(r"(\w+)=[\"'][^\"']*[\"']")
 
 
@@ -1718,9 +1734,9 @@ def _others_rules() -> list[
         (r"Must include '(.*?)'", lambda phrase: (f"contains {phrase!r}", lambda text: (bool(re.search(r"\b" + re.escape(phrase) + r"\b", text, re.I)), "searched"))),
         (r"Must be in APA format", test("an (Author, year) citation", _found(r"\(\s*\w+,\s*\d{4}\s*\)", 0), "found one", "none")),
         (r"must be provided in APA format", test("an (Author, year) citation", _found(r"\(\s*\w+,\s*\d{4}\s*\)", 0), "found one", "none")),
-        (r"No bullet points", test("no line starting with - or *", lambda t: not re.search(r"^\s*[-*]", t, re.M), "none", "a line starts with - or *")),
-        (r"Must be listed as bullet points", test("a line starting with - or *", _found(r"^\s*[-*]"), "found", "none")),
-        (r"is structured as bullet points", test("a line starting with - or *", _found(r"^\s*[-*]"), "found", "none")),
+        (r"No bullet points", test("no line starting with - or *", lambda t: not some_line_starts(r"\s*[-*]", t), "none", "a line starts with - or *")),
+        (r"Must be listed as bullet points", test("a line starting with - or *", lambda t: some_line_starts(r"\s*[-*]", t), "found", "none")),
+        (r"is structured as bullet points", test("a line starting with - or *", lambda t: some_line_starts(r"\s*[-*]", t), "found", "none")),
         (r"block quotes format", test("a > line or <blockquote>", lambda t: bool(re.search(r"^>", t, re.M)) or "<blockquote>" in t.lower(), "found", "none")),
         (r"be formatted in block quotes", test("a > line or <blockquote>", lambda t: bool(re.search(r"^>", t, re.M)) or "<blockquote>" in t.lower(), "found", "none")),
         (rf"no more than {_TEN_WORD} rows", lambda n: (f"at most {number(n)} table lines", _table_rows_judge(number(n)))),
@@ -1729,8 +1745,8 @@ def _others_rules() -> list[
         (r"full sentences", test("full sentences (always satisfied)", lambda t: True, "any text", "")),
         (r"short blurb", lambda: ("at most 200 characters", lambda text: (len(text) <= 200, f"{len(text)} characters"))),
         (rf"The answer must include at least {_TEN_WORD} references?", lambda n: (f"at least {number(n)} [n] or (Author, year) citations", _references_judge(number(n)))),
-        (r"No lists", test("no numbered line", lambda t: not re.search(r"^\s*(\d+\.)\s", t, re.M), "none", "a numbered line")),
-        (r"No number points", test("no numbered line", lambda t: not re.search(r"^\s*\d+\.", t, re.M), "none", "a numbered line")),
+        (r"No lists", test("no numbered line", lambda t: not some_line_starts(r"\s*(\d+\.)\s", t), "none", "a numbered line")),
+        (r"No number points", test("no numbered line", lambda t: not some_line_starts(r"\s*\d+\.", t), "none", "a numbered line")),
         (r"Response must be written at medium length", lambda: ("201 to 400 characters", lambda text: (200 < len(text) <= 400, f"{len(text)} characters"))),
     ]  # fmt: skip
 
