@@ -7,9 +7,10 @@ the dataset rows they answer (nothing of the model). `evaluate` runs one after t
 `run_score` all of `mrtpo score` (load, read the answers, score, write, print).
 
 Benchmark data: when `--data` is a benchmark the task knows (`Task.benchmark`: BFCL's folder for
-tool calling, Spider's or BIRD's for SQL, an IFEval or IFBench file for instructions), the rows
-come from the benchmark, its own verifiers judge every response beside the task's, and its
-`summarize` gives the table (per category, database or instruction id, and the summary rows).
+tool calling, Spider's or BIRD's for SQL, an IFEval, IFBench or MulDimIF file for
+instructions), the rows come from the benchmark, its own verifiers judge every response beside
+the task's, and its `summarize` gives the table (per category, database, instruction id or
+MulDimIF pattern/level/category/type, and the summary rows).
 Otherwise the table holds each verifier's mean and the task's headline.
 """
 

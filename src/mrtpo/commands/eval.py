@@ -9,8 +9,9 @@ and scored with the task's verifiers: `mrtpo.generation`, then
 
 `--data` may be a benchmark the task knows: BFCL v4's data folder (or one category's file) for
 tool_calling, with `--categories`; Spider's or BIRD's folder for sql; an IFEval or IFBench JSONL
-file for instructions. The table then has one row per category, database or instruction id and
-the benchmark's summary rows, computed as its official
+file or MulDimIF's JSON file for instructions. The table then has one row per category,
+database, instruction id, or MulDimIF pattern, level, category and type, and the benchmark's
+summary rows, computed as its official
 evaluation computes them. Writes `eval.json` (every number, and each response with its
 verdicts) into `output_dir` and prints the table and the time taken.
 """
