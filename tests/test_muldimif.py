@@ -314,3 +314,69 @@ def test_every_test_set_constraint_is_read():
     assert sum(len(ids) for ids in dataset["instruction_id_list"]) == sum(
         len(row["constraints"]) for row in rows
     )
+
+
+def check(category: str, subtype: str, words: str, text: str) -> bool:
+    return parse_constraint(category, subtype, words).check(text).passed
+
+
+def test_each_element_rules_read_the_response_shape():
+    each = "Each entry must include the keyword 'solar'"
+    assert check("Content", "Keywords", each, "- solar one\n- Solar two")
+    assert not check("Content", "Keywords", each, "- solar one\n- wind two")
+    assert check("Content", "Keywords", each, "1. solar a\n2. solar b")
+    assert check("Content", "Keywords", each, '{"a": "solar x", "b": "solar y"}')
+    assert not check("Content", "Keywords", each, '["solar", "wind"]')
+    # a table: the column whose header shares a word with the target ("entry" here, none), else
+    # the column with the most words per cell
+    table_text = "| Name | Entry text |\n|---|---|\n| A | solar power here |\n| B | solar too |"
+    assert check("Content", "Keywords", each, table_text)
+    # plain text: sections between --- lines
+    assert not check("Content", "Keywords", each, "solar\n---\nwind")
+    words = "Each bullet point must contain at most 3 words"
+    assert check("Length", "Words", words, "- a b c\n- d e")
+    assert not check("Length", "Words", words, "- a b c d\n- e")
+    assert not check("Length", "Words", words, "")  # nothing to count fails
+
+
+def test_scoped_case_table_json_and_xml_rules():
+    headers = "The table headers must use capitalized letters for each word"
+    assert check("Language", "English", headers, "| Big Name | Year |\n|---|---|\n| lower | x |")
+    assert not check("Language", "English", headers, "| big Name | Year |\n|---|---|\n| X | Y |")
+    optional = "If you include any table, it must not exceed 3 rows"
+    assert check("Format", "Table", optional, "No table at all.")
+    assert not check(
+        "Format", "Table", "The answer must include a table with no more than 2 rows", "No table."
+    )
+    fenced = "Here:\n```json\n" + nested(2) + "\n```\nDone."
+    assert check(
+        "Json", "Object nesting levels", "a JSON object with exactly two levels of nesting", fenced
+    )
+    assert not check(
+        "Json",
+        "Object nesting levels",
+        "a JSON object with exactly two levels of nesting",
+        "x " + nested(2),
+    )
+    xml = "Each XML element must have no more than three attributes"
+    assert check("XML", "Number of attributes", xml, "no tags at all")  # no tag, nothing over
+    assert not check("XML", "Number of attributes", xml, "```xml\n<a p='1'/>")  # unclosed block
+    cells = "Each cell must end with a period"
+    assert check("Content", "Punctuation", cells, "| H1 | H2 |\n|---|---|\n| a. | b. |")
+    assert not check("Content", "Punctuation", cells, "| H1 | H2 |\n|---|---|\n| a. | b |")
+    bullets = "Each bullet point concludes with an exclamation mark"
+    assert check("Content", "Punctuation", bullets, "- Go now! Run!\n- Stop!")
+    assert not check("Content", "Punctuation", bullets, "- Go now. Run!\n- Stop!")
+
+
+def test_registry_builds_muldimif_constraints_with_their_words():
+    from mrtpo.tasks.instructions import MULDIMIF_CHECKERS, build_constraint
+
+    assert len(MULDIMIF_CHECKERS) == len(FAMILIES)
+    constraint = build_constraint(
+        "muldimif/Length/Words", {"constraint": "contain at most 2 words"}
+    )
+    assert constraint.statement == "contain at most 2 words"
+    assert constraint.check("").score == 1.0  # judged by the rule, not failed as blank
+    with pytest.raises(ValueError, match="kwarg 'constraint'"):
+        build_constraint("muldimif/Length/Words", {"constraint": "at most many words"})

@@ -201,7 +201,10 @@ for category, subtype, text in pairs:
     seen = set()
     family = FAMILIES[(category, subtype)]
     rule = parse_constraint(category, subtype, text)
-    responses = GENERIC + derived(text) + rng.sample(answers, min(len(answers), 25))
+    picked = rng.sample(answers, min(len(answers), 25))
+    # the answers as written, and variants near the limits the checkers read (case, ending)
+    variants = [v for a in picked[:10] for v in (a.upper(), a.title(), a.rstrip() + ".", a[:-1])]
+    responses = GENERIC + derived(text) + picked + variants
     for response in responses:
         try:
             with contextlib.redirect_stdout(io.StringIO()):
