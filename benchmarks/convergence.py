@@ -486,6 +486,9 @@ def train_run(
                 **(provenance or {}),
             }
         )
+        # On disk before training: a process killed without its `finally` (the machine going
+        # away) still leaves the starts of training for the resumption to add to.
+        _write_json(folder / RUN_FILE, record)
         started, cpu_started = time.perf_counter(), time.process_time()
         try:
             run_training(

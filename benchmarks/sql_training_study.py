@@ -441,13 +441,21 @@ def chosen_rate(results: Path) -> float:
     return rule["chosen"]
 
 
-def load_pilot(results: Path) -> dict[float, list[dict[str, Any]]]:
-    """Each rate's pilot records (empty where the run has not logged a step)."""
+def load_pilot_runs(results: Path) -> dict[float, dict[str, Any]]:
+    """Each rate's pilot run: its records (empty before its first step) and run.json (None)."""
     pilot = {}
     for rate in LEARNING_RATES:
         folder = pilot_results(results, rate) / TASK / BASELINE / f"seed{PILOT_SEED}"
-        pilot[rate] = convergence.read_metrics(folder / convergence.METRICS_FILE)
+        pilot[rate] = {
+            "records": convergence.read_metrics(folder / convergence.METRICS_FILE),
+            "run": convergence._read_json(folder / convergence.RUN_FILE),
+        }
     return pilot
+
+
+def load_pilot(results: Path) -> dict[float, list[dict[str, Any]]]:
+    """Each rate's pilot records (empty where the run has not logged a step)."""
+    return {rate: run["records"] for rate, run in load_pilot_runs(results).items()}
 
 
 def summarize_sql(result: Mapping[str, Any], max_tokens: int, **about: Any) -> dict[str, Any]:
@@ -787,43 +795,34 @@ def secondary_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cost_table(results: Path, runs: Mapping[str, Mapping[int, Any]]) -> str:
-    """Per run: training CPU seconds per step (run.json's CPU over the steps it logged), the
-    evaluation's CPU seconds, the peak memory and the commit(s) it ran from."""
-    lines = [
-        "| run | steps | training CPU s / step | evaluation CPU s | peak RSS GB | commit(s) |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    pilot = {
-        f"pilot lr {fmt_rate(rate)}": convergence._read_json(
-            pilot_results(results, rate)
-            / TASK
-            / BASELINE
-            / f"seed{PILOT_SEED}"
-            / convergence.RUN_FILE
+def cost_tables(results: Path, runs: Mapping[str, Mapping[int, Any]]) -> str:
+    """Time (`convergence.time_table`: each run's median step wall time, the CPU seconds a step
+    as that times the CPU share of its timed training, so a run killed and resumed is not
+    undercounted) for the pilot and the study; then each run's starts of training, peak memory
+    and the commit(s) it trained from."""
+    pilot = {f"pilot lr {fmt_rate(rate)}": {PILOT_SEED: run} for rate, run in load_pilot_runs(results).items()}  # fmt: skip
+    text = "Pilot:\n\n" + convergence.time_table({"runs": pilot})
+    if runs:
+        text += "\nStudy (ratios to gdpo paired by seed):\n\n" + convergence.time_table(
+            {"runs": runs}
         )
-        for rate in LEARNING_RATES
-    }
-    pilot_records = load_pilot(results)
-    rows = [
-        (name, record, len(pilot_records[rate]))
-        for (name, record), rate in zip(pilot.items(), LEARNING_RATES, strict=True)
+    lines = [
+        "| run | steps | starts of training | peak RSS GB | commit(s) |",
+        "|---|---:|---:|---:|---|",
     ]
-    rows += [
-        (f"{arm} seed {seed}", run["run"], len(run["records"]))
-        for arm, seeds in runs.items()
-        for seed, run in sorted(seeds.items())
-    ]
-    for name, record, steps in rows:
+    named = [(name, seeds[PILOT_SEED]) for name, seeds in pilot.items()]
+    named += [(f"{arm} seed {seed}", run) for arm, seeds in runs.items() for seed, run in sorted(seeds.items())]  # fmt: skip
+    for name, run in named:
+        record = run["run"]
         if not record:
             continue
-        commits = sorted({(s.get("commit") or "?")[:10] for s in record.get("sessions", [])})
-        per_step = record["train_cpu_seconds"] / steps if steps else None
+        sessions = record.get("sessions", [])
+        commits = sorted({(session.get("commit") or "?")[:10] for session in sessions})
         lines.append(
-            f"| {name} | {steps} | {_number(per_step, 0)} | {_number(record.get('eval_cpu_seconds'), 0)} "
+            f"| {name} | {len(run['records'])} | {len(sessions)} "
             f"| {_number(record.get('peak_rss_mb', 0) / 1024, 1)} | {', '.join(commits)} |"
         )
-    return "\n".join(lines) + "\n"
+    return text + "\n" + "\n".join(lines) + "\n"
 
 
 def plot_curves(runs: Mapping[str, Mapping[int, Any]], path: Path) -> None:
@@ -935,7 +934,7 @@ Thin lines: one seed; thick: the mean over seeds.
 {convergence_powered.diagnostics_table(runs, DIAGNOSTICS) if runs else NOT_STARTED}
 ## Cost and provenance
 
-{cost_table(results, runs)}"""
+{cost_tables(results, runs)}"""
     path = results / "README.md"
     path.write_text(text)
     return path

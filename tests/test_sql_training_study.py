@@ -122,6 +122,7 @@ def pilot_records(summed, lengths=None, grad_norms=None):
             "loss": 0.1,
             "grad_norm": (grad_norms or {}).get(step, 5.0),
             "completions/mean_length": (lengths or {}).get(step, 60.0),
+            "step_time": 250.0,
         }
         for step, value in enumerate(summed, start=1)
     ]
@@ -208,6 +209,7 @@ def write_run(folder: Path, records, record: dict, evaluation: dict | None = Non
 def run_record(steps: int, commit: str = "abcdef1234567890") -> dict:
     return {
         "train_cpu_seconds": 330.0 * steps,
+        "train_seconds": 300.0 * steps,
         "peak_rss_mb": 15 * 1024.0,
         "sessions": [{"commit": commit, "checkpoint": None}],
         "trained": True,
@@ -359,3 +361,23 @@ def test_a_run_resumes_mid_run_and_is_evaluated_on_the_tiny_model(
     for key in ("reward", "completions/mean_length", "rewards/sql_format/mean"):
         assert gdpo[0][key] == records[0][key]
     assert not math.isnan(gdpo[1]["loss"])
+
+
+def test_run_json_is_on_disk_before_training_starts(tmp_path, tiny_model_dir, monkeypatch):
+    """A process killed hard runs no `finally`: the start of training must already be on disk."""
+    import mrtpo.training
+
+    args = study.stage_args("pilot", tmp_path, 1e-5, 1)
+    folder = convergence.run_dir(args, "gdpo", study.PILOT_SEED)
+    seen = []
+
+    def training_that_dies(*arguments, **keywords):
+        seen.append(json.loads((folder / "run.json").read_text()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mrtpo.training, "run_training", training_that_dies)
+    with pytest.raises(KeyboardInterrupt):
+        convergence.train_run(args, "gdpo", study.PILOT_SEED, start=str(tiny_model_dir))
+    assert len(seen) == 1 and not seen[0]["trained"]
+    assert [session["checkpoint"] for session in seen[0]["sessions"]] == [None]
+    assert seen[0]["settings"]["learning_rate"] == 1e-5 and seen[0]["settings"]["task"] == "sql"
