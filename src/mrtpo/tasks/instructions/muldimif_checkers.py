@@ -4,8 +4,8 @@ official evaluation (`Code/evaluation/scripts`, commit efd0c02) checks it.
 MulDimIF dispatches a constraint `[category, subtype, words]` to one of twelve checkers by
 `category_subtype` (`FAMILIES`); the checker reads the words with its own phrase patterns.
 The verdicts here are the official ones, quirks included (docs/results/instructions.md lists
-them): a sentence the official reader finds no number in can pass or fail whatever the
-response (`Length/Sentences` passes, `Length/Paragraphs` fails), "at least 150 words" in a
+them): a constraint in whose words the official reader finds no rule gets one verdict
+whatever the response (a `Length/Sentences` one passes, a `Length/Paragraphs` one fails), "at least 150 words" in a
 keyword constraint also asks each keyword 150 times, one CJK character in a response switches
 word counting to CJK characters, and a "table row" is a line between the first and the last
 `|` minus the header (and its `---` line). Where the official reader would crash (a number it
@@ -420,9 +420,10 @@ def keyword_elements(text: str, target: str) -> list[str] | None:
         except (json.JSONDecodeError, RecursionError):
             return []
         if isinstance(value, dict):
-            return [_python_str(item) for item in value.values()]
+            # the official checker matches keywords in Python's str() of each value
+            return [str(item) for item in value.values()]
         if isinstance(value, list):
-            return [_python_str(item) for item in value]
+            return [str(item) for item in value]
         return None
     if shape == "numbered":
         return [
@@ -441,12 +442,6 @@ def keyword_elements(text: str, target: str) -> list[str] | None:
     if current:
         sections.append("\n".join(current).strip())
     return sections or [text]
-
-
-def _python_str(value: Any) -> str:
-    """`str()` of a parsed JSON value as Python prints it (the official checkers match
-    keywords against that text)."""
-    return str(value)
 
 
 def read_keywords(words: str) -> Rule:
