@@ -10,9 +10,13 @@ processes' rows need different replays; then it runs TRL's `_generate_and_score_
 (scripted completions) for GDPO and MRTPO at beta 0 with credit maps every step
 (`CREDIT_MAP_RUNS`), whose only replay is the credit maps'. The entropy control
 (`token_relevance="entropy"`) runs `_token_advantages` on the same scenarios: its one forward
-follows the replay's rule (whole parameters gathered on every process, rows or none). Each
-process saves its per-token advantages per scenario (`ENTROPY` for the entropy control's, with
-the padded batch it read), and its replays per run, to `OUT_DIR/rank{r}.pt`.
+follows the replay's rule (whole parameters gathered on every process, rows or none).
+Contrastive relevance (`token_relevance="contrastive"`) runs `_token_advantages` on the same
+scenarios too: every process gathers the whole batch's information for the placebo, and
+process 1, with no row to replay in the first scenario, still enters that gather and the
+parameters' gather. Each process saves its per-token advantages per scenario (`ENTROPY` for
+the entropy control's, with the padded batch it read; `CONTRASTIVE` for contrastive
+relevance's), and its replays per run, to `OUT_DIR/rank{r}.pt`.
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ INFOS = (
     "The response must have an even number of characters.",
     "The response must start with a space.",
 )
+# Process 1's information in the contrastive runs: texts unlike process 0's, so that each
+# row's placebo moves the policy unlike its own information (with INFOS on both processes the
+# two differ by one letter, and the contrast is within float rounding of 0).
+OTHER_INFOS = (
+    "Reference query: SELECT name, COUNT(*) FROM singer GROUP BY country",
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+    "* first bullet\n* second bullet\n\n<<A Title>>",
+)
 # (N=8, K=3) rewards per scenario. A row is replayed when some reward varies in its group.
 SCENARIOS = {
     # Process 1's group has constant rewards: it replays nothing (once returned early).
@@ -62,10 +74,14 @@ SCENARIOS = {
 
 
 ENTROPY = "entropy_control"  # the records' key of the entropy control's scenarios
+CONTRASTIVE = "contrastive_relevance"  # and of contrastive relevance's
 
 
-def scored_batch(tokenizer, rewards: list[list[float]], rank: int) -> ScoredBatch:
-    """Process `rank`'s four rows of a scenario (the same rewards on every process)."""
+def scored_batch(
+    tokenizer, rewards: list[list[float]], rank: int, contrastive: bool = False
+) -> ScoredBatch:
+    """Process `rank`'s four rows of a scenario (the same rewards on every process);
+    `contrastive`: process 1's information is `OTHER_INFOS`."""
     word = WORDS[rank]
     prompt = [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -75,6 +91,8 @@ def scored_batch(tokenizer, rewards: list[list[float]], rank: int) -> ScoredBatc
     texts = list(COMPLETIONS[local])
     rewards_tensor = torch.tensor(rewards, dtype=torch.float32)
     infos = [info.format(letter=word[0]) for info in INFOS]
+    if contrastive and rank == 1:
+        infos = list(OTHER_INFOS)
     return ScoredBatch(
         prompts=[prompt] * GROUP_SIZE,
         completions=texts,
@@ -109,6 +127,18 @@ def padded_batch(tokenizer, scored: ScoredBatch) -> dict[str, torch.Tensor]:
         ),
         "completion_mask": torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids]),
     }
+
+
+def scenario_config(output_dir: Path, **settings) -> MRTPOConfig:
+    """A quiet CPU run's config, one group of `GROUP_SIZE` per process, with `settings`."""
+    return MRTPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=GROUP_SIZE,
+        num_generations=GROUP_SIZE,
+        max_completion_length=16,
+        mrtpo_warmup_steps=0,
+        **{**CPU_RUN, **settings},
+    )
 
 
 def step_advantages(trainer: MRTPOTrainer, scored: ScoredBatch) -> StepAdvantages:
@@ -167,15 +197,7 @@ def credit_map_run(model, tokenizer, out_dir: str, name: str, rank: int) -> dict
         )
         return distance, mask
 
-    args = MRTPOConfig(
-        output_dir=str(Path(out_dir) / name),
-        per_device_train_batch_size=GROUP_SIZE,
-        num_generations=GROUP_SIZE,
-        max_completion_length=16,
-        mrtpo_warmup_steps=0,
-        credit_map_steps=1,
-        **{**CPU_RUN, **CREDIT_MAP_RUNS[name]},
-    )
+    args = scenario_config(Path(out_dir) / name, credit_map_steps=1, **CREDIT_MAP_RUNS[name])
     trainer = toy_trainer(ScriptedCompletions, model, tokenizer, args)
     word = WORDS[rank]
     example = {
@@ -198,6 +220,34 @@ def credit_map_run(model, tokenizer, out_dir: str, name: str, rank: int) -> dict
     }
 
 
+def token_level_runs(
+    model, tokenizer, out_dir: str, rank: int, token_relevance: str, **overrides
+) -> dict[str, dict]:
+    """`_token_advantages` at beta 1 with `token_relevance` on each scenario (process 1's
+    information `OTHER_INFOS` for "contrastive"): per scenario, the advantages, the rows
+    replayed, their distances and the padded batch read."""
+    args = scenario_config(
+        Path(out_dir) / token_relevance,
+        mrtpo_beta=1.0,
+        token_relevance=token_relevance,
+        **overrides,
+    )
+    trainer = toy_trainer(MRTPOTrainer, model, tokenizer, args)
+    runs = {}
+    for name, rewards in SCENARIOS.items():
+        scored = scored_batch(tokenizer, rewards, rank, token_relevance == "contrastive")
+        output = padded_batch(tokenizer, scored)
+        step = step_advantages(trainer, scored)
+        token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
+        runs[name] = {
+            "advantages": token.advantages.cpu(),
+            "replayed": token.replay.rows,
+            "distance": token.replay.distance.cpu(),
+            "batch": output,
+        }
+    return runs
+
+
 def main(out_dir: str) -> None:
     # A short timeout: processes out of step fail here instead of waiting for gloo's default.
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -207,16 +257,8 @@ def main(out_dir: str) -> None:
     for layer in model.model.layers:
         fully_shard(layer)
     fully_shard(model)
-    args = MRTPOConfig(
-        output_dir=str(Path(out_dir) / "run"),
-        per_device_train_batch_size=GROUP_SIZE,
-        num_generations=GROUP_SIZE,
-        max_completion_length=16,
-        mrtpo_warmup_steps=0,
-        mrtpo_beta=1.0,
-        replay_batch_size=2,
-        credit_map_steps=1,
-        **CPU_RUN,
+    args = scenario_config(
+        Path(out_dir) / "run", mrtpo_beta=1.0, replay_batch_size=2, credit_map_steps=1
     )
     trainer = toy_trainer(MRTPOTrainer, model, tokenizer, args)
     records = {"distributed_type": str(trainer.accelerator.distributed_type)}
@@ -246,29 +288,12 @@ def main(out_dir: str) -> None:
             "infos": [[verdict.info for verdict in row] for row in scored.row_verdicts()],
         }
     # The entropy control on the same scenarios: process 1 has no row to weight in the first.
-    entropy_args = MRTPOConfig(
-        output_dir=str(Path(out_dir) / ENTROPY),
-        per_device_train_batch_size=GROUP_SIZE,
-        num_generations=GROUP_SIZE,
-        max_completion_length=16,
-        mrtpo_warmup_steps=0,
-        mrtpo_beta=1.0,
-        token_relevance="entropy",
-        **CPU_RUN,
+    records[ENTROPY] = token_level_runs(model, tokenizer, out_dir, rank, "entropy")
+    # Contrastive relevance on them (two replays in one call, minus the placebo's, whose
+    # information is gathered from both processes).
+    records[CONTRASTIVE] = token_level_runs(
+        model, tokenizer, out_dir, rank, "contrastive", replay_batch_size=2
     )
-    entropy_trainer = toy_trainer(MRTPOTrainer, model, tokenizer, entropy_args)
-    records[ENTROPY] = {}
-    for name, rewards in SCENARIOS.items():
-        scored = scored_batch(tokenizer, rewards, rank)
-        output = padded_batch(tokenizer, scored)
-        step = step_advantages(entropy_trainer, scored)
-        token = entropy_trainer._token_advantages(scored, step, GROUP_SIZE, output)
-        records[ENTROPY][name] = {
-            "advantages": token.advantages.cpu(),
-            "replayed": token.replay.rows,
-            "distance": token.replay.distance.cpu(),
-            "batch": output,
-        }
     for name in CREDIT_MAP_RUNS:
         records[name] = credit_map_run(model, tokenizer, out_dir, name, rank)
     # The model is sharded again afterwards, and a training forward and backward still work.

@@ -1,8 +1,9 @@
 """The replay on a sharded model (FSDP2, two CPU processes on gloo): processes whose rows need
 different replays (none at all, or different numbers of forward passes) stay in step, and
 their per-token advantages equal one process's over the whole batch, replayed independently;
-so does the credit maps' replay (GDPO, and MRTPO at beta 0), which every process runs, and the
-entropy control's forward (`token_relevance="entropy"`), which follows the replay's rule."""
+so does the credit maps' replay (GDPO, and MRTPO at beta 0), which every process runs, the
+entropy control's forward (`token_relevance="entropy"`), which follows the replay's rule, and
+contrastive relevance (`token_relevance="contrastive"`), whose placebo every process gathers."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 import torch
 from fsdp_replay_toys import (
     COMPLETIONS,
+    CONTRASTIVE,
     CREDIT_MAP_RUNS,
     ENTROPY,
     GROUP_SIZE,
@@ -138,6 +140,44 @@ def test_fsdp2_replay_keeps_processes_in_step_and_equals_one_process(tmp_path):
             actual, trained = run["advantages"], mask[rows, : run["advantages"].shape[1]]
             torch.testing.assert_close(
                 actual * trained, expected[rows, : actual.shape[1]] * trained, rtol=0, atol=1e-5
+            )
+
+    # Contrastive relevance: process 1 replayed nothing in the first scenario (and still
+    # entered both gathers). Its advantages are one process's over the whole batch from the
+    # naive replays' distances, own minus placebo, clamped, on the pairs whose Ã_k is not 0;
+    # with two groups, each row's placebo is the other group's row at its position.
+    contrastive = {name: [rank[CONTRASTIVE][name] for rank in ranks] for name in SCENARIOS}
+    assert [run["replayed"] for run in contrastive["one_process_without_rows"]] == [
+        [0, 1, 2, 3],
+        [],
+    ]
+    for name, rewards in SCENARIOS.items():
+        batches = [scored_batch(tokenizer, rewards, rank, contrastive=True) for rank in range(2)]
+        prompts = [prompt for batch in batches for prompt in batch.prompts]
+        completion_ids = [ids for batch in batches for ids in batch.completion_ids]
+        own = [[v.info for v in row] for batch in batches for row in batch.row_verdicts()]
+        placebo = own[GROUP_SIZE:] + own[:GROUP_SIZE]
+        own_distance, mask = naive_replay_distances(model, tokenizer, prompts, completion_ids, own)
+        placebo_distance, _ = naive_replay_distances(
+            model, tokenizer, prompts, completion_ids, placebo
+        )
+        rewards_tensor = torch.tensor(rewards, dtype=torch.float32)
+        varies = torch.nan_to_num(advantages.per_reward(rewards_tensor, GROUP_SIZE, eps=EPS)) != 0
+        difference = (own_distance - placebo_distance) * varies.unsqueeze(-1)
+        assert difference.min() < -1e-3  # the clamp cuts (process 0's rows)
+        if name == "different_replay_batches":  # and keeps (process 1's rows, replayed here)
+            assert difference.max() > 1e-3
+        expected = advantages.mrtpo(
+            rewards_tensor, GROUP_SIZE, difference.clamp(min=0.0), mask, 1.0, eps=EPS
+        )
+        for run, batch in zip(contrastive[name], batches, strict=True):
+            actual = run["advantages"]
+            trained = mask[batch.local, : actual.shape[1]]
+            torch.testing.assert_close(
+                actual * trained,
+                expected[batch.local, : actual.shape[1]] * trained,
+                rtol=0,
+                atol=1e-4,  # the weights divide by mean contrasts of a few 1e-3
             )
 
     # The credit-map runs through TRL's hooks: every process replayed its own lowest- and

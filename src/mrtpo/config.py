@@ -12,8 +12,8 @@ from mrtpo import advantages
 ESTIMATORS = tuple(advantages.ESTIMATORS)  # "mrtpo", "gdpo", "grpo"
 WEIGHTINGS = tuple(advantages.WEIGHTINGS)  # "static", "saw"
 REPLAY_MODES = ("leave_one_out", "add_one")
-REPLAY_INFORMATION = ("own", "placebo")
-TOKEN_RELEVANCE = ("replay", "entropy")
+REPLAY_INFORMATION = ("own", "placebo", "generic")
+TOKEN_RELEVANCE = ("replay", "entropy", "contrastive")
 
 
 @dataclass
@@ -109,9 +109,12 @@ class MRTPOConfig(GRPOConfig):
     replay_information: str = field(
         default="own",
         metadata={
-            "help": "Control: 'own' (each row is replayed with its verifiers' information) or "
+            "help": "Control: 'own' (each row is replayed with its verifiers' information), "
             "'placebo' (with the information of the same-position row of another prompt of the "
-            "generation batch, a seeded pairing of groups; rewards and everything else unchanged).",
+            "generation batch, a seeded pairing of groups; where that prompt has nothing in a "
+            "reward's slot, another of its texts or the next prompt's; rewards and everything "
+            "else unchanged) or 'generic' (every reward's information replaced by one fixed, "
+            "reward-agnostic sentence cut to the same token length: what any context does).",
             "choices": list(REPLAY_INFORMATION),
         },
     )
@@ -119,8 +122,11 @@ class MRTPOConfig(GRPOConfig):
         default="replay",
         metadata={
             "help": "Where MRTPO's token distances come from: 'replay' (each reward's verifier "
-            "information, METHOD.md) or 'entropy' (a control that costs no replay: the policy's "
-            "own next-token entropy at each response token, the same for every reward).",
+            "information, METHOD.md), 'contrastive' (the replay's distance under the own "
+            "information minus that under the placebo's, clamped at 0: tokens that any context "
+            "moves count less; one more replay) or 'entropy' (a control that costs no replay: "
+            "the policy's own next-token entropy at each response token, the same for every "
+            "reward).",
             "choices": list(TOKEN_RELEVANCE),
         },
     )
@@ -169,6 +175,12 @@ class MRTPOConfig(GRPOConfig):
             raise ValueError(
                 "token_relevance='entropy' replays nothing, so replay_information="
                 f"{self.replay_information!r} has no effect: leave it at 'own'"
+            )
+        if self.token_relevance == "contrastive" and self.replay_information != "own":
+            raise ValueError(
+                "token_relevance='contrastive' contrasts each row's own information with the "
+                f"placebo's, so replay_information={self.replay_information!r} would replace the "
+                "own side of the contrast: leave it at 'own'"
             )
         for name in ("replay_batch_size", "replay_chunk_size"):
             value = getattr(self, name)

@@ -76,6 +76,9 @@ class ReplayResult:
     # (R, K) bool: the rewards replayed on each row; a reward not replayed (its Ã_k is 0, so its
     # weights cannot matter) has distance 0 there, not measured
     replayed: torch.Tensor
+    # (R, K, T) token_relevance="contrastive" only: the distances under the placebo's
+    # information, which `distance` is the own's minus (clamped at 0); None otherwise
+    placebo_distance: torch.Tensor | None = None
 
 
 @dataclass

@@ -9,8 +9,9 @@ This subclass changes three things:
 2. Advantages. After TRL has built the batch, `output["advantages"]` is replaced by the
    estimator of `mrtpo.advantages` named by `advantage_estimator` (looked up once): `grpo`/`gdpo`
    (equal to TRL's own numbers), or, for `mrtpo`, the (B, T) per-token advantages from
-   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`,
-   or, for the entropy control `token_relevance="entropy"`, the policy's own next-token
+   replaying this process's rows with the current policy (`mrtpo.relevance.replay_distances`;
+   with `token_relevance="contrastive"`, the own information's distance minus a placebo's;
+   for the entropy control `token_relevance="entropy"`, the policy's own next-token
    entropy with no replay; with TRL's temperature, logit transforms and autocast), credit only
    on the tokens TRL trains (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
    sequence-level sign-based options get each response's advantage (see the class).
@@ -381,6 +382,12 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         whole parameters are gathered once around the replay (`mrtpo.sharding.full_parameters`:
         ZeRO-3 and FSDP2 gathered, gradient checkpointing off, PEFT adapters active), so that
         the replay's own forward passes, which depend on each process's rows, run no collective.
+
+        `token_relevance="contrastive"`: each row is replayed twice in the same call, with its
+        own information and with the placebo's (`_replay_infos`), and the distance is the own
+        minus the placebo's, clamped at 0 (the placebo's is kept in `placebo_distance`). One
+        call, so the two replays share each prompt's prefix pass and run once the contexts
+        they have in common (a placebo text equal to the own).
         """
         # Imported here: the replay engine is only needed when something is replayed.
         from mrtpo.relevance import replay_distances
@@ -390,8 +397,15 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         if wanted is None:
             wanted = torch.ones(len(rows), num_rewards, dtype=torch.bool)
         wanted = wanted.to("cpu", torch.bool)
-        infos = self._replay_infos(scored)  # before any early return: it may gather
+        # Before any early return: the placebo's information is gathered from every process.
+        infos = self._replay_infos(scored, self.args.replay_information)
+        contrastive = self.args.token_relevance == "contrastive"
+        placebo = self._replay_infos(scored, "placebo") if contrastive else None
         options = self._replay_options()
+        replayed_rows = list(rows) * (2 if contrastive else 1)  # own rows, then placebo rows
+        replayed_infos = [infos[i] for i in rows]
+        if placebo is not None:
+            replayed_infos += [placebo[i] for i in rows]
 
         started = time.perf_counter()
         with (
@@ -417,29 +431,35 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
                 distance, mask = replay_distances(
                     model,
                     self.processing_class,
-                    [scored.prompts[i] for i in rows],
-                    [scored.completion_ids[i] for i in rows],
-                    [infos[i] for i in rows],
+                    [scored.prompts[i] for i in replayed_rows],
+                    [scored.completion_ids[i] for i in replayed_rows],
+                    replayed_infos,
                     mode=self.args.replay_mode,
                     # Render exactly as TRL rendered the prompts for generation.
                     chat_template_kwargs=self.chat_template_kwargs,
                     tools=self.tools,
                     chat_template=self.chat_template,
-                    wanted=wanted,
+                    wanted=wanted.repeat(2 if contrastive else 1, 1),
                     **options,
                 )
             finally:
                 model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
+        distance = _fit_width(distance.float(), completion_width).to(device)
+        placebo_distance = None
+        if contrastive:
+            distance, placebo_distance = distance[: len(rows)], distance[len(rows) :]
+            distance = (distance - placebo_distance).clamp(min=0.0)
         # Only the tokens TRL trains (no tool outputs) count in the weights and the metrics.
         trained = scored.trained_mask(completion_width)[rows].to(device)
         return ReplayResult(
             rows=list(rows),
-            distance=_fit_width(distance.float(), completion_width).to(device),
-            mask=_fit_width(mask.float(), completion_width).to(device) * trained,
+            distance=distance,
+            mask=_fit_width(mask[: len(rows)].float(), completion_width).to(device) * trained,
             seconds=time.perf_counter() - started,
             replayed=wanted.to(device),
+            placebo_distance=placebo_distance,
         )
 
     def _entropy_distances(
@@ -498,40 +518,39 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         distance = (entropies.float().to(device) * trained).unsqueeze(1) * wanted.unsqueeze(-1)
         return ReplayResult(list(rows), distance, trained, time.perf_counter() - started, wanted)
 
-    def _replay_infos(self, scored: ScoredBatch) -> list[list[str]]:
+    def _replay_infos(self, scored: ScoredBatch, information: str) -> list[list[str]]:
         """[B][K] the verifier information each local row is replayed with.
 
-        "own": the row's own. "placebo" (a control): the information of the row in the same
-        position of another group of the generation batch, groups paired by a derangement seeded
-        by the run's seed and the step (every process draws the same one), so each row gets the
-        information of a different prompt with its rewards and everything else unchanged. The
-        whole batch's information is gathered for that, on every process (each calls this
-        from `_replay`, which every process enters).
+        information: "own", the row's own; "placebo" (a control, and the contrast of
+        `token_relevance="contrastive"`): another prompt's information,
+        `mrtpo.relevance.controls.placebo_infos` of the whole batch's information at the run's
+        seed and this step (groups paired by a seeded derangement, the same position's row,
+        another non-empty text of the partner or of the next group where the partner's slot
+        is empty); the whole batch's information is gathered for that, on every process (each
+        calls this from `_replay`, which every process enters). "generic": one fixed,
+        reward-agnostic text cut to each own text's token length
+        (`mrtpo.relevance.controls.generic_infos`).
         """
+        from mrtpo.relevance import controls
+
         own = [[verdict.info for verdict in row] for row in scored.row_verdicts()]
-        if self.args.replay_information == "own":
+        if information == "own":
             return own
+        if information == "generic":
+            return controls.generic_infos(own, self.processing_class)
         everything = gather_object(own)  # (N) rows, the process order of `scored.rewards`
         group_size = self.num_generations
-        num_groups = len(everything) // group_size
-        if num_groups < 2:
+        if len(everything) // group_size < 2:
             raise ValueError(
-                "replay_information='placebo' needs at least two prompts per generation batch "
-                f"(got {len(everything)} rows of num_generations={group_size}): raise "
-                "per_device_train_batch_size or steps_per_generation"
+                f"replay_information={self.args.replay_information!r} with token_relevance="
+                f"{self.args.token_relevance!r} replays a placebo, which needs at least two "
+                f"prompts per generation batch (got {len(everything)} rows of num_generations="
+                f"{group_size}): raise per_device_train_batch_size or steps_per_generation"
             )
-        generator = torch.Generator().manual_seed(self.args.seed + 7_919 * self.state.global_step)
-        order = torch.randperm(num_groups, generator=generator)
-        shift = int(torch.randint(1, num_groups, (1,), generator=generator))
-        partner = torch.empty_like(order)
-        partner[order] = order.roll(-shift)  # a derangement: no group is its own partner
-        start = scored.local.start
-        return [
-            everything[
-                int(partner[(start + i) // group_size]) * group_size + (start + i) % group_size
-            ]
-            for i in range(len(own))
-        ]
+        placebo = controls.placebo_infos(
+            everything, group_size, self.args.seed, self.state.global_step
+        )
+        return placebo[scored.local]
 
     def _replay_options(self) -> dict[str, Any]:
         """Keyword options of `replay_distances`: the policy's distribution as TRL's loss
