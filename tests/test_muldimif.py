@@ -380,3 +380,29 @@ def test_registry_builds_muldimif_constraints_with_their_words():
     assert constraint.check("").score == 1.0  # judged by the rule, not failed as blank
     with pytest.raises(ValueError, match="kwarg 'constraint'"):
         build_constraint("muldimif/Length/Words", {"constraint": "at most many words"})
+
+
+def test_chinese_script_rules_read_the_script_with_zhconv_and_warn_without(monkeypatch, caplog):
+    """With zhconv (the `chinese` extra, installed by `make install`), Traditional text fails a
+    Simplified rule as the official checker has it; without, any ideograph counts and the reader
+    says so once."""
+    from mrtpo.tasks.instructions import muldimif_checkers
+
+    pytest.importorskip("zhconv")
+    simplified = parse_constraint("Language", "Chinese", "The answer must be in Simplified Chinese")
+    assert simplified.check("这是简体中文").passed
+    assert not simplified.check("這是繁體").passed  # only Traditional characters
+    # Rules are cached by their words: read afresh here, and leave no inexact rule behind.
+    muldimif_checkers.parse_constraint.cache_clear()
+    muldimif_checkers._warn_inexact_chinese.cache_clear()
+    monkeypatch.setattr(muldimif_checkers, "_converter", lambda: None)
+    with caplog.at_level("WARNING", logger=muldimif_checkers.__name__):
+        inexact = parse_constraint(
+            "Language", "Chinese", "The answer must be in Simplified Chinese"
+        )
+        parse_constraint("Language", "Chinese: Traditional", "確保使用繁體中文書寫")
+    assert inexact.check("這是繁體").passed  # any ideograph counts
+    warnings = [r.getMessage() for r in caplog.records if "zhconv" in r.getMessage()]
+    assert len(warnings) == 1 and "mrtpo[chinese]" in warnings[0]
+    muldimif_checkers.parse_constraint.cache_clear()
+    muldimif_checkers._warn_inexact_chinese.cache_clear()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import string
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from typing import Any
 
 from mrtpo.tasks.instructions import registry
 from mrtpo.tasks.instructions.registry import Outcome
+
+logger = logging.getLogger(__name__)
 
 ID_PREFIX = "muldimif/"
 
@@ -1856,12 +1859,27 @@ def read_others_content(words: str) -> Rule:
 
 # -- Language / Chinese ---------------------------------------------------------------------------
 def _converter() -> Callable[[str, str], str] | None:
-    """zhconv's `convert` (what the official checker uses) when it is installed, else None."""
+    """zhconv's `convert` (what the official checker uses) when it is installed, else None.
+
+    zhconv is an optional extra (`pip install "mrtpo[chinese]"`), not a dependency: it is
+    GPL-licensed (MediaWiki's conversion tables) and only 10 of MulDimIF's 4,180 constraints need
+    it."""
     try:
         from zhconv import convert  # type: ignore[import-not-found]
     except ModuleNotFoundError:
         return None
     return convert
+
+
+@functools.cache
+def _warn_inexact_chinese() -> None:
+    """Said once per process, when a script rule is read without zhconv: the verdicts of those
+    constraints can then differ from the official ones, and the accuracy with them."""
+    logger.warning(
+        "MulDimIF: a Simplified/Traditional Chinese constraint is read without zhconv installed: "
+        "any CJK ideograph counts as the script asked, so its verdicts can differ from the "
+        'official checker\'s. pip install "mrtpo[chinese]" (zhconv) for the official verdicts.'
+    )
 
 
 _CJK_IDEOGRAPH = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\U00020000-\U0002a6df]")
@@ -1896,6 +1914,8 @@ def read_chinese(words: str) -> Rule:
     def rule(reading: str, judge: Callable[[str], tuple[bool, str]]) -> Rule:
         return Rule(words, "chinese", judge, reading)
 
+    if _converter() is None:
+        _warn_inexact_chinese()
     simplified = lambda t: _has_script(t, "zh-cn")  # noqa: E731
     traditional = lambda t: _has_script(t, "zh-tw")  # noqa: E731
     if phrase := re.search(r'Must include the phrase "{1,2}(.+?)"{1,2}', words, re.I):
