@@ -14,6 +14,7 @@ from fsdp_replay_toys import COMPLETIONS, WORDS
 from trainer_toys import CPU_RUN, toy_trainer
 
 import mrtpo.relevance
+import mrtpo.relevance.replay
 from mrtpo import advantages
 from mrtpo.advantages import EPS
 from mrtpo.relevance import controls, replay_distances
@@ -164,6 +165,8 @@ def recording_replays(monkeypatch) -> list[dict]:
         return real(model, tokenizer, prompts, completion_ids, infos, **options)
 
     monkeypatch.setattr(mrtpo.relevance, "replay_distances", recording)
+    # contrastive_replay_distances calls it from its own module
+    monkeypatch.setattr(mrtpo.relevance.replay, "replay_distances", recording)
     return calls
 
 
@@ -275,3 +278,25 @@ def test_trainer_draws_the_placebo_of_the_pure_function(tmp_path, monkeypatch):
         assert got == controls.placebo_infos(everything, 2, 5, step)[local]
         for own, drawn in zip(everything[local], got, strict=True):
             assert [bool(text) for text in drawn] == [bool(text) for text in own]
+
+
+def test_contrastive_replay_is_two_replays_in_one_call(tiny):
+    model, tokenizer = tiny
+    scored = hand_batch(tokenizer)
+    own = [list(INFOS[row // GROUP_SIZE]) for row in range(8)]
+    placebo = own[GROUP_SIZE:] + own[:GROUP_SIZE]
+    wanted = [[row % 2 == 0, True, row < 6] for row in range(8)]  # lists, as the API allows
+    args = (model, tokenizer, scored.prompts, scored.completion_ids)
+    distance, placebo_distance, mask = mrtpo.relevance.contrastive_replay_distances(
+        *args, own, placebo, wanted=wanted, mode="add_one"
+    )
+    own_alone, own_mask = replay_distances(*args, own, wanted=wanted, mode="add_one")
+    placebo_alone, _ = replay_distances(*args, placebo, wanted=wanted, mode="add_one")
+    torch.testing.assert_close(placebo_distance, placebo_alone, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        distance, (own_alone - placebo_alone).clamp(min=0), rtol=0, atol=1e-6
+    )
+    assert torch.equal(mask, own_mask) and distance.max() > 1e-3
+    assert not distance[1::2, 0].any() and not placebo_distance[6:, 2].any()  # not wanted
+    with pytest.raises(ValueError, match="placebo_infos has 7 rows, infos has 8"):
+        mrtpo.relevance.contrastive_replay_distances(*args, own, placebo[:7])

@@ -383,14 +383,13 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         ZeRO-3 and FSDP2 gathered, gradient checkpointing off, PEFT adapters active), so that
         the replay's own forward passes, which depend on each process's rows, run no collective.
 
-        `token_relevance="contrastive"`: each row is replayed twice in the same call, with its
-        own information and with the placebo's (`_replay_infos`), and the distance is the own
-        minus the placebo's, clamped at 0 (the placebo's is kept in `placebo_distance`). One
-        call, so the two replays share each prompt's prefix pass and run once the contexts
-        they have in common (a placebo text equal to the own).
+        `token_relevance="contrastive"`: each row is replayed with its own information and
+        with the placebo's (`_replay_infos`) in one call
+        (`mrtpo.relevance.contrastive_replay_distances`), and the distance is the own minus the
+        placebo's, clamped at 0 (the placebo's is kept in `placebo_distance`).
         """
         # Imported here: the replay engine is only needed when something is replayed.
-        from mrtpo.relevance import replay_distances
+        from mrtpo.relevance import contrastive_replay_distances, replay_distances
 
         device = self.accelerator.device
         num_rewards = len(self.reward_funcs)
@@ -399,13 +398,10 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         wanted = wanted.to("cpu", torch.bool)
         # Before any early return: the placebo's information is gathered from every process.
         infos = self._replay_infos(scored, self.args.replay_information)
-        contrastive = self.args.token_relevance == "contrastive"
-        placebo = self._replay_infos(scored, "placebo") if contrastive else None
+        placebo = None
+        if self.args.token_relevance == "contrastive":
+            placebo = self._replay_infos(scored, "placebo")
         options = self._replay_options()
-        replayed_rows = list(rows) * (2 if contrastive else 1)  # own rows, then placebo rows
-        replayed_infos = [infos[i] for i in rows]
-        if placebo is not None:
-            replayed_infos += [placebo[i] for i in rows]
 
         started = time.perf_counter()
         with (
@@ -427,39 +423,54 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
                 )
             was_training = model.training
             model.eval()
+            rendering = dict(
+                mode=self.args.replay_mode,
+                # Render exactly as TRL rendered the prompts for generation.
+                chat_template_kwargs=self.chat_template_kwargs,
+                tools=self.tools,
+                chat_template=self.chat_template,
+                wanted=wanted,
+                **options,
+            )
+            prompts = [scored.prompts[i] for i in rows]
+            completion_ids = [scored.completion_ids[i] for i in rows]
+            row_infos = [infos[i] for i in rows]
+            placebo_distance = None
             try:
-                distance, mask = replay_distances(
-                    model,
-                    self.processing_class,
-                    [scored.prompts[i] for i in replayed_rows],
-                    [scored.completion_ids[i] for i in replayed_rows],
-                    replayed_infos,
-                    mode=self.args.replay_mode,
-                    # Render exactly as TRL rendered the prompts for generation.
-                    chat_template_kwargs=self.chat_template_kwargs,
-                    tools=self.tools,
-                    chat_template=self.chat_template,
-                    wanted=wanted.repeat(2 if contrastive else 1, 1),
-                    **options,
-                )
+                if placebo is None:
+                    distance, mask = replay_distances(
+                        model,
+                        self.processing_class,
+                        prompts,
+                        completion_ids,
+                        row_infos,
+                        **rendering,
+                    )
+                else:
+                    distance, placebo_distance, mask = contrastive_replay_distances(
+                        model,
+                        self.processing_class,
+                        prompts,
+                        completion_ids,
+                        row_infos,
+                        [placebo[i] for i in rows],
+                        **rendering,
+                    )
             finally:
                 model.train(was_training)
         if distance.is_cuda:
             torch.cuda.synchronize(distance.device)
-        distance = _fit_width(distance.float(), completion_width).to(device)
-        placebo_distance = None
-        if contrastive:
-            distance, placebo_distance = distance[: len(rows)], distance[len(rows) :]
-            distance = (distance - placebo_distance).clamp(min=0.0)
         # Only the tokens TRL trains (no tool outputs) count in the weights and the metrics.
         trained = scored.trained_mask(completion_width)[rows].to(device)
         return ReplayResult(
             rows=list(rows),
-            distance=distance,
-            mask=_fit_width(mask[: len(rows)].float(), completion_width).to(device) * trained,
+            distance=_fit_width(distance.float(), completion_width).to(device),
+            mask=_fit_width(mask.float(), completion_width).to(device) * trained,
             seconds=time.perf_counter() - started,
             replayed=wanted.to(device),
-            placebo_distance=placebo_distance,
+            placebo_distance=None
+            if placebo_distance is None
+            else _fit_width(placebo_distance.float(), completion_width).to(device),
         )
 
     def _entropy_distances(

@@ -448,3 +448,44 @@ def replay_distances(
     finally:
         model.train(was_training)
     return distance, mask
+
+
+def contrastive_replay_distances(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str | Sequence[Mapping[str, Any]]],
+    completion_ids: Sequence[Sequence[int] | Tensor],
+    infos: Sequence[Sequence[str]],
+    placebo_infos: Sequence[Sequence[str]],
+    wanted: Tensor | Sequence[Sequence[bool]] | None = None,
+    **options: Any,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Contrastive relevance: each token's distance under the row's own information minus its
+    distance under the placebo's, clamped at 0 (``token_relevance="contrastive"``).
+
+    One ``replay_distances`` call over the rows twice, with ``infos`` then with
+    ``placebo_infos`` (N lists of K strings each, e.g. ``controls.placebo_infos``): the two
+    replays share each prompt's prefix pass and its stems, and a context that is the same in
+    both (a placebo text equal to the own, or an empty one) runs once. ``wanted`` (N, K) and
+    ``options`` are ``replay_distances``' and apply to both.
+
+    Returns:
+        ``distance`` Tensor[N, K, T], the own minus the placebo's, clamped at 0;
+        ``placebo_distance`` Tensor[N, K, T], the placebo's; ``mask`` Tensor[N, T].
+    """
+    if len(placebo_infos) != len(infos):
+        raise ValueError(f"placebo_infos has {len(placebo_infos)} rows, infos has {len(infos)}")
+    rows = len(prompts)
+    if wanted is not None:
+        wanted = wanted.repeat(2, 1) if isinstance(wanted, Tensor) else [*wanted, *wanted]
+    distance, mask = replay_distances(
+        model,
+        tokenizer,
+        [*prompts, *prompts],
+        [*completion_ids, *completion_ids],
+        [*infos, *placebo_infos],
+        wanted=wanted,
+        **options,
+    )
+    own, placebo = distance[:rows], distance[rows:]
+    return (own - placebo).clamp(min=0.0), placebo, mask[:rows]
