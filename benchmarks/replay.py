@@ -22,8 +22,19 @@ Unless `--quick` or `--no-smollm`, the same figures are taken on the embedded
 SmolLM2-135M-Instruct (`mrtpo.models.load_model`), K = 3, with SQL-sized chat prompts
 (`--smollm-runs` timed runs: minutes each on CPU).
 
+`--contrastive` measures instead what contrastive relevance (`token_relevance="contrastive"`)
+costs over the plain replay: `contrastive_replay_distances` (the rows replayed with their own
+and with a placebo's information, in one call) against `replay_distances`, side by side in
+rotating order, on the synthetic rows (K = 1, 3, 8) and SmolLM2 (K = 3). The placebo differs
+from the own text in every pair, as on the instruction-following and tool tasks (where a text
+equal to the own runs once): on the synthetic rows another prompt's information
+(`controls.placebo_infos`); on the SmolLM2 rows, whose two SQL prompts have the same
+information, each row's own pieces rotated by one reward (other texts, the same lengths and
+the same sharing between rows).
+
     .venv/bin/python benchmarks/replay.py            # the full table
     .venv/bin/python benchmarks/replay.py --quick    # one run, synthetic model, K = 8 memory
+    .venv/bin/python benchmarks/replay.py --contrastive --runs 5 --smollm-runs 3
 """
 
 from __future__ import annotations
@@ -40,7 +51,12 @@ from typing import Any
 
 import torch
 
-from mrtpo.relevance import naive_replay_distances, replay_distances
+from mrtpo.relevance import (
+    contrastive_replay_distances,
+    controls,
+    naive_replay_distances,
+    replay_distances,
+)
 
 VOCAB = 49_152
 PROMPT_TOKENS = 512
@@ -212,6 +228,7 @@ class Setup:
     completions: list
     infos: list
     chat: bool
+    placebo: list | None = None  # the placebo's information (`--contrastive` only)
 
 
 def build(setting: str, num_rewards: int) -> Setup:
@@ -266,7 +283,19 @@ def naive_once(setup: Setup) -> torch.Tensor:
     return distance
 
 
-CALLS = {"forward": forward_once, "replay": replay_once, "naive": naive_once}
+def contrastive_once(setup: Setup) -> torch.Tensor:
+    distance, _, _ = contrastive_replay_distances(
+        setup.model, setup.tokenizer, setup.prompts, setup.completions, setup.infos, setup.placebo
+    )
+    return distance
+
+
+CALLS = {
+    "forward": forward_once,
+    "replay": replay_once,
+    "naive": naive_once,
+    "contrastive": contrastive_once,
+}
 
 
 def first_row(setup: Setup) -> Setup:
@@ -278,6 +307,7 @@ def first_row(setup: Setup) -> Setup:
         setup.completions[:1],
         setup.infos[:1],
         setup.chat,
+        None if setup.placebo is None else setup.placebo[:1],
     )
 
 
@@ -387,6 +417,49 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- contrastive
+
+
+def placebo_for(setup: Setup) -> list[list[str]]:
+    """Information unlike each row's own, for the contrastive replay (see the docstring)."""
+    if setup.chat:  # the SQL rows' two prompts share their information: rotate the rewards'
+        return [row[1:] + row[:1] for row in setup.infos]
+    return controls.placebo_infos(setup.infos, GROUP_SIZE, seed=0, step=0)
+
+
+def contrastive_row(setting: str, num_rewards: int, runs: int) -> dict[str, Any]:
+    setup = build(setting, num_rewards)
+    setup.placebo = placebo_for(setup)
+    overall, _ = controls.placebo_shares(setup.infos, setup.placebo)
+    times, _ = measure_times(setup, runs, ("replay", "contrastive"))
+    return {
+        "setting": setting,
+        "K": num_rewards,
+        "runs": runs,
+        "placebo_equal_share": overall.equal,
+        "replay_s": statistics.median(times["replay"]),
+        "contrastive_s": statistics.median(times["contrastive"]),
+        "contrastive_over_replay": statistics.median(
+            c / r for c, r in zip(times["contrastive"], times["replay"], strict=True)
+        ),
+    }
+
+
+def contrastive_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| model | K | timed runs | placebo = own (pairs) | replay (s) | contrastive (s) | "
+        "contrastive / replay |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['setting']} | {r['K']} | {r['runs']} | {r['placebo_equal_share']:.0%} | "
+            f"{r['replay_s']:.3f} | {r['contrastive_s']:.3f} | "
+            f"{r['contrastive_over_replay']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per call (median)")
@@ -406,6 +479,11 @@ def main() -> None:
         default=1,
         help="torch CPU threads (1: stable ratios on a shared machine; 0: torch's default)",
     )
+    parser.add_argument(
+        "--contrastive",
+        action="store_true",
+        help="time contrastive relevance's replay against the plain replay instead",
+    )
     parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
@@ -417,6 +495,16 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     runs = 1 if args.quick else args.runs
+    if args.contrastive:
+        contrastive = [contrastive_row("synthetic", k, runs) for k in (1, 3, 8)]
+        for result in contrastive:
+            print(json.dumps(result), flush=True)
+        if not (args.quick or args.no_smollm):
+            contrastive.append(contrastive_row("smollm", 3, args.smollm_runs))
+            print(json.dumps(contrastive[-1]), flush=True)
+        print(f"torch threads: {torch.get_num_threads()}, load average: {os.getloadavg()}")
+        print(contrastive_table(contrastive))
+        return
     results = []
     for num_rewards in (1, 3, 8):
         memory = not args.quick or num_rewards == 8
