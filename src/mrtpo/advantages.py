@@ -473,6 +473,78 @@ def beta_at(step: int, beta: float, warmup_steps: int) -> float:
     return float(beta * (3 * u**2 - 2 * u**3))
 
 
+# ----------------------------------------------------------------------------- beta "auto"
+
+# One-sided 95% quantiles of Student's t with 1..30 degrees of freedom; the normal's beyond.
+# The window of agreements is small (a few probes), where the normal's 1.645 would be too bold.
+_T95 = (
+    6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+    1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+    1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697,
+)  # fmt: skip
+_NORMAL95 = 1.645
+
+
+def t_quantile_95(degrees_of_freedom: int) -> float:
+    """The one-sided 95% quantile of Student's t (table to 30 degrees of freedom, then 1.645)."""
+    if degrees_of_freedom < 1:
+        raise ValueError(f"degrees_of_freedom must be >= 1, got {degrees_of_freedom!r}")
+    if degrees_of_freedom <= len(_T95):
+        return _T95[degrees_of_freedom - 1]
+    return _NORMAL95
+
+
+def gradient_agreement(cross_dot: float, reallocation_sq: float, reference_sq: float) -> float:
+    """One probe's normalized agreement: ``<g_R, g_ref> / (|g_R| |g_ref|)``, in [-1, 1].
+
+    The three sums run over the probe's (micro-batch, process) pairs, each g_R paired with a
+    reference uniform gradient from other samples, so the value is the cosine of the two
+    concatenated vectors (Cauchy-Schwarz keeps it in [-1, 1]). NaN where either side is 0 (no
+    reference yet, or nothing to re-allocate): no evidence.
+    """
+    if reallocation_sq <= 0 or reference_sq <= 0:
+        return float("nan")
+    return cross_dot / (reallocation_sq * reference_sq) ** 0.5
+
+
+def agreement_bound(agreements: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, standard error, one-sided 95% lower bound) of the probes' agreements.
+
+    Standard error: sample standard deviation over sqrt(n); the bound is mean - t(n-1) * SE.
+    NaN where there is nothing to say: mean with no value, SE and bound with fewer than two.
+    """
+    values = [float(a) for a in agreements]
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = sum(values) / n
+    if n < 2:
+        return mean, float("nan"), float("nan")
+    variance = sum((a - mean) ** 2 for a in values) / (n - 1)
+    se = (variance / n) ** 0.5
+    return mean, se, mean - t_quantile_95(n - 1) * se
+
+
+def next_auto_beta(
+    beta: float, agreements: Sequence[float], beta_max: float, beta_step: float
+) -> float:
+    """``mrtpo_beta: auto``'s update after a probe: up by beta_step (at most beta_max) when the
+    agreements' one-sided 95% lower bound (``agreement_bound``) is above 0, else down by
+    beta_step (at least 0). Fewer than two agreements: no bound, so down (beta starts at 0).
+
+    beta and beta_max in [0, 1]; beta_step > 0.
+    """
+    _check_beta(beta)
+    _check_beta(beta_max)
+    if beta_step <= 0:
+        raise ValueError(f"beta_step must be > 0, got {beta_step!r}")
+    lower = agreement_bound(agreements)[2]
+    # Rounded so that steps up and down return to exactly 0 (0.1 + 0.2 - 0.3 is not 0).
+    if lower > 0:  # NaN compares False: no evidence is no rise
+        return min(beta_max, round(beta + beta_step, 12))
+    return max(0.0, round(beta - beta_step, 12))
+
+
 # ----------------------------------------------------------------------------- registry
 
 

@@ -14,6 +14,13 @@ WEIGHTINGS = tuple(advantages.WEIGHTINGS)  # "static", "saw"
 REPLAY_MODES = ("leave_one_out", "add_one")
 REPLAY_INFORMATION = ("own", "placebo", "generic")
 TOKEN_RELEVANCE = ("replay", "entropy", "contrastive")
+BETA_AUTO = "auto"  # mrtpo_beta's non-numeric value: beta from the trainer's gradient probes
+
+
+def parse_beta(text: str) -> float | str:
+    """`--mrtpo_beta` on the command line and in a recipe: "auto" or a number (the parser's
+    own type would be float, which refuses "auto"; `MRTPOConfig` checks the range)."""
+    return BETA_AUTO if str(text).strip() == BETA_AUTO else float(text)
 
 
 @dataclass
@@ -55,14 +62,45 @@ class MRTPOConfig(GRPOConfig):
             "can be negative: its lower bound); default 0. The rewards themselves are unchanged."
         },
     )
-    mrtpo_beta: float = field(
+    mrtpo_beta: float | str = field(
         default=0.5,
-        metadata={"help": "MRTPO weighting strength beta in [0, 1]; 0 gives GDPO on every token."},
+        metadata={
+            "help": "MRTPO weighting strength beta in [0, 1]; 0 gives GDPO on every token. "
+            "'auto': beta starts at 0 and moves by mrtpo_beta_step after each probe, up (to at "
+            "most mrtpo_beta_max) while the re-allocation's policy gradient agrees with an "
+            "independent estimate of GDPO's (95% lower bound of the recent probes' cosine "
+            "above 0), down otherwise (docs/METHOD.md, 'beta from the step's own evidence')."
+        },
+    )
+    mrtpo_beta_max: float = field(
+        default=1.0,
+        metadata={"help": "mrtpo_beta='auto' only: the largest beta it may reach, in [0, 1]."},
+    )
+    mrtpo_beta_step: float = field(
+        default=0.1,
+        metadata={
+            "help": "mrtpo_beta='auto' only: how far beta moves after each probe, in (0, 1]."
+        },
+    )
+    mrtpo_beta_probe_every: int = field(
+        default=4,
+        metadata={
+            "help": "mrtpo_beta='auto' only: probe the gradients' agreement every N optimizer "
+            "steps (one more forward and two backward passes per micro-batch of a probed step)."
+        },
+    )
+    mrtpo_beta_window: int = field(
+        default=8,
+        metadata={
+            "help": "mrtpo_beta='auto' only: how many of the latest probes' agreements the "
+            "mean, its standard error and the bound are taken over (>= 2)."
+        },
     )
     mrtpo_warmup_steps: int = field(
         default=10,
         metadata={
-            "help": "Optimizer steps over which beta ramps from 0 (smoothstep); 0 = no warm-up."
+            "help": "Optimizer steps over which beta ramps from 0 (smoothstep); 0 = no warm-up. "
+            "With mrtpo_beta='auto', the ramp to mrtpo_beta_max caps the automatic beta."
         },
     )
     bounded_token_advantages: bool = field(
@@ -153,8 +191,7 @@ class MRTPOConfig(GRPOConfig):
                 f"advantage_estimator must be one of {', '.join(ESTIMATORS)}, got {self.advantage_estimator!r}"
             )
         self._check_reward_weighting()
-        if not 0.0 <= self.mrtpo_beta <= 1.0:
-            raise ValueError(f"mrtpo_beta must be in [0, 1], got {self.mrtpo_beta!r}")
+        self._check_beta()
         if self.mrtpo_warmup_steps < 0:
             raise ValueError(f"mrtpo_warmup_steps must be >= 0, got {self.mrtpo_warmup_steps!r}")
         if self.replay_mode not in REPLAY_MODES:
@@ -202,6 +239,44 @@ class MRTPOConfig(GRPOConfig):
         else:
             self.multi_objective_aggregation = "normalize_then_sum"
         super().__post_init__()
+
+    @property
+    def beta_is_auto(self) -> bool:
+        """Whether beta is chosen by the trainer from its gradients (`mrtpo_beta="auto"`)."""
+        return self.mrtpo_beta == BETA_AUTO
+
+    def _check_beta(self) -> None:
+        """`mrtpo_beta`: a number in [0, 1] (a numeric string is read as one: the command
+        line and recipes give strings) or "auto", which needs MRTPO and sane auto settings."""
+        if isinstance(self.mrtpo_beta, str) and self.mrtpo_beta != BETA_AUTO:
+            try:
+                self.mrtpo_beta = float(self.mrtpo_beta)
+            except ValueError:
+                raise ValueError(
+                    f"mrtpo_beta must be a number in [0, 1] or {BETA_AUTO!r}, got "
+                    f"{self.mrtpo_beta!r}"
+                ) from None
+        if not self.beta_is_auto and not 0.0 <= self.mrtpo_beta <= 1.0:
+            raise ValueError(f"mrtpo_beta must be in [0, 1], got {self.mrtpo_beta!r}")
+        if not 0.0 <= self.mrtpo_beta_max <= 1.0:
+            raise ValueError(f"mrtpo_beta_max must be in [0, 1], got {self.mrtpo_beta_max!r}")
+        if not 0.0 < self.mrtpo_beta_step <= 1.0:
+            raise ValueError(f"mrtpo_beta_step must be in (0, 1], got {self.mrtpo_beta_step!r}")
+        if self.mrtpo_beta_probe_every < 1:
+            raise ValueError(
+                f"mrtpo_beta_probe_every must be >= 1, got {self.mrtpo_beta_probe_every!r}"
+            )
+        if self.mrtpo_beta_window < 2:
+            raise ValueError(
+                "mrtpo_beta_window must be >= 2 (a standard error needs two probes), got "
+                f"{self.mrtpo_beta_window!r}"
+            )
+        if self.beta_is_auto and not advantages.get_estimator(self.advantage_estimator).token_level:
+            raise ValueError(
+                f"mrtpo_beta={BETA_AUTO!r} chooses MRTPO's beta; with advantage_estimator="
+                f"{self.advantage_estimator!r} there is no beta: use advantage_estimator='mrtpo' "
+                "or a number"
+            )
 
     def _check_reward_weighting(self) -> None:
         if self.reward_weighting not in WEIGHTINGS:

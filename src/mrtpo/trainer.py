@@ -52,6 +52,7 @@ from mrtpo.config import ESTIMATORS, REPLAY_INFORMATION, REPLAY_MODES, WEIGHTING
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
 from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
+from mrtpo.trainer_beta_auto import AutoBetaMixin
 from mrtpo.trainer_credit import CreditMapsMixin
 from mrtpo.trainer_metrics import MetricsMixin
 from mrtpo.trainer_metrics import _top_share_sums as _top_share_sums  # tests import it from here
@@ -87,7 +88,7 @@ class _VerdictKeeper:
         return [verdict.score for verdict in self.verdicts]
 
 
-class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer):
+class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMixin, GRPOTrainer):
     """TRL's `GRPOTrainer` with GRPO, GDPO or MRTPO advantages (see the module docstring).
 
     Construct it exactly like `GRPOTrainer`, with `args=MRTPOConfig(...)` and the task's
@@ -135,6 +136,8 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         self._shares_prompt = config.share_prompt and self._install_shared_prompt()
         # (optimizer step, index of the current micro-batch in it), kept by `_prepare_inputs`
         self._position_in_step: tuple[int, int] = (-1, -1)
+        if config.beta_is_auto:  # `mrtpo.trainer_beta_auto`
+            self._init_auto_beta()
 
     # Methods in the order TRL calls them in a training step: `_prepare_inputs` (every
     # micro-batch) -> `_generate_and_score_completions` (every new generation batch) ->
@@ -160,6 +163,7 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
             self._position_in_step = (self.state.global_step, position + 1 if same_step else 0)
         with self._shuffling_whole_groups():
             inputs = super()._prepare_inputs(generation_batch)
+        slope = None
         if BETA_SLOPE in inputs:
             # A copy: TRL reuses the buffered micro-batch in later iterations.
             inputs = dict(inputs)
@@ -171,7 +175,17 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         if self._shares_prompt:
             # TRL pads the generation batch to its longest rows; a micro-batch needs its own.
             inputs = shared_prompt.trim_padding(inputs)
+        if self.args.beta_is_auto and slope is not None:  # every training batch under `auto`
+            self._keep_probe_batch(inputs, slope, beta)
         return inputs
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's training micro-batch; under `mrtpo_beta: auto`, then the gradient probe and,
+        at a step's end, beta's move (`mrtpo.trainer_beta_auto`)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.args.beta_is_auto:
+            self._after_micro_batch()
+        return loss
 
     # ------------------------------------------------------------------ generation batches
 
@@ -311,10 +325,11 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
         relevance, per_token = self._advantages_at(scored, beta, step, group_size, distance, mask)
         slope = None
         first, last = self._served_steps()
-        if first != last:
+        if first != last or self.args.beta_is_auto:
             # A_t is affine in beta (w = 1 + beta (q/qbar - 1), the same shuffle and the same
             # bounded normalization for every beta): its slope lets each optimizer step this
-            # batch serves use its own beta.
+            # batch serves use its own beta. Under `auto` beta is known only at the step (and
+            # the slope is the re-allocation R_t the probe needs).
             at_zero = self._advantages_at(scored, 0.0, step, group_size, distance, mask)[1]
             at_one = self._advantages_at(scored, 1.0, step, group_size, distance, mask)[1]
             slope = (at_one - at_zero)[scored.local]
@@ -579,7 +594,9 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
     # ------------------------------------------------------------------ beta per optimizer step
 
     def _beta(self) -> float:
-        """Beta at the current optimizer step (warm-up included)."""
+        """Beta at the current optimizer step (warm-up included; under `auto`, the probes')."""
+        if self.args.beta_is_auto:
+            return self._auto_beta_at(self.state.global_step)
         return advantages.beta_at(
             self.state.global_step, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps
         )
@@ -608,7 +625,10 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, GRPOTrainer
 
     def _beta_stays_zero(self) -> bool:
         """Whether beta is 0 at every optimizer step the generation batch being made may serve
-        (beta's warm-up never decreases, so its last step decides)."""
+        (beta's warm-up never decreases, so its last step decides). Never under `auto`: beta
+        may rise before the batch is used up, and the probe needs the re-allocation."""
+        if self.args.beta_is_auto:
+            return False
         last = self._served_steps()[1]
         return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
 

@@ -60,9 +60,14 @@ class ColdStartArguments:
 def build_parser() -> Any:
     from trl import TrlParser
 
+    from mrtpo.config import parse_beta
     from mrtpo.trainer import MRTPOConfig
 
     parser = TrlParser((TrainArguments, ColdStartArguments, MRTPOConfig), prog="mrtpo train")
+    # `mrtpo_beta: float | str` gets the parser's float type, which refuses "auto".
+    for action in parser._actions:
+        if action.dest == "mrtpo_beta":
+            action.type = parse_beta
     parser.set_defaults_with_config(**CPU_DEFAULTS)
     return parser
 
