@@ -348,3 +348,27 @@ def test_two_processes_have_the_same_beta(tmp_path):
     assert per_rank[0] == per_rank[1]
     betas = [row[0] for row in per_rank[0]]
     assert len(betas) == 6 and betas[-1] > 0, betas  # beta moved, the same on both
+
+
+def test_the_mixin_declares_what_it_needs_from_the_trainer(tmp_path):
+    """As the other mixins (tests/test_trainer.py): what `AutoBetaMixin` uses on `self` is its
+    own or declared, every declaration is used, and a trainer under `auto` has each."""
+    from test_trainer import attributes_read_on_self
+
+    mixin = mrtpo.trainer_beta_auto.AutoBetaMixin
+    own = {name for name in vars(mixin) if not name.startswith("__")}
+    declared = set(vars(mixin).get("__annotations__", {})) - own
+    used = attributes_read_on_self(mixin)
+    assert used - own - declared == set()
+    assert declared - used == set()
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(output_dir=str(tmp_path), mrtpo_beta="auto", **CPU_RUN)
+    trainer = MRTPOTrainer(
+        model=model,
+        reward_funcs=toy_verifiers(),
+        args=args,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
+    missing = {"current_gradient_accumulation_steps"}  # set by `Trainer.train`'s loop
+    assert sorted(name for name in declared - missing if not hasattr(trainer, name)) == []

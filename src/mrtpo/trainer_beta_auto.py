@@ -66,6 +66,14 @@ class AutoBetaMixin:
     _position_in_step: tuple[int, int]
     _get_per_token_logps_and_entropies: Any
 
+    # The automatic beta's own state, set on the instance by `_init_auto_beta` (under `auto`).
+    _auto_beta_value: float = 0.0
+    _auto_agreements: deque[float] | None = None
+    _auto_reference: dict[int, torch.Tensor] | None = None
+    _auto_sums: torch.Tensor | None = None
+    _auto_probe_batch: tuple[dict[str, Any], torch.Tensor, torch.Tensor] | None = None
+    _auto_probe_seconds: float = 0.0
+
     def _init_auto_beta(self) -> None:
         """The automatic beta's state: beta, the window of agreements, the reference gradient
         (index of a parameter -> the sum of g_U over the micro-batches probed; None before
@@ -80,10 +88,10 @@ class AutoBetaMixin:
                 "for mrtpo_beta, or train with DDP or one process"
             )
         self._auto_beta_value = 0.0
-        self._auto_agreements: deque[float] = deque(maxlen=self.args.mrtpo_beta_window)
-        self._auto_reference: dict[int, torch.Tensor] | None = None
+        self._auto_agreements = deque(maxlen=self.args.mrtpo_beta_window)
+        self._auto_reference = None
         self._auto_sums = torch.zeros(3, dtype=torch.float64, device=self.accelerator.device)
-        self._auto_probe_batch: tuple[dict[str, Any], torch.Tensor, torch.Tensor] | None = None
+        self._auto_probe_batch = None
         self._auto_probe_seconds = 0.0
 
     def _auto_beta_at(self, step: int) -> float:
