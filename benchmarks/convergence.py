@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from paired_stats import paired_t  # noqa: F401  (a sibling script: its users call convergence.paired_t)
 
 TASK = "tool_calling"
 RESULTS = Path("benchmarks/results/convergence")
@@ -801,34 +802,6 @@ def median_steps(values: Sequence[int | None]) -> float | None:
     middle = len(ordered) // 2
     pair = ordered[middle : middle + 1] if len(ordered) % 2 else ordered[middle - 1 : middle + 1]
     return None if any(v is None for v in pair) else float(np.mean(pair))
-
-
-def paired_t(differences: Sequence[float], level: float = 0.95) -> dict[str, float]:
-    """Student's paired t-test of mean(differences) = 0 over n seeds (n >= 2): the mean, its
-    `level` t interval (mean ± t_{n-1} s / sqrt(n)), t, the two-sided p-value, n.
-
-    With identical differences (s = 0) the interval is the point and p is 0 (or 1 at mean 0)."""
-    from scipy import stats
-
-    values = np.asarray(differences, dtype=float)
-    n = len(values)
-    if n < 2:
-        raise ValueError(f"a paired t-test needs at least 2 differences, got {n}")
-    mean, error = float(values.mean()), float(values.std(ddof=1) / math.sqrt(n))
-    if error == 0.0:
-        p = 1.0 if mean == 0.0 else 0.0
-        return {"mean": mean, "low": mean, "high": mean, "t": math.inf, "p": p, "n": n}
-    quantile = float(stats.t.ppf(0.5 + level / 2, n - 1))
-    statistic = mean / error
-    p = float(2 * stats.t.sf(abs(statistic), n - 1))
-    return {
-        "mean": mean,
-        "low": mean - quantile * error,
-        "high": mean + quantile * error,
-        "t": statistic,
-        "p": p,
-        "n": n,
-    }
 
 
 def load_results(results: Path, task: str = TASK) -> dict[str, Any]:

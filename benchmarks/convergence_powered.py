@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convergence  # noqa: E402  (a sibling script, not a package)
+from paired_stats import holm, paired_power, paired_t  # noqa: E402  (the statistics, one place)
 
 RESULTS = Path("benchmarks/results/convergence-powered")
 FIRST_STUDY = Path("benchmarks/results/convergence")
@@ -111,17 +112,6 @@ def grid_argv(jobs: int, threads: int, device: str) -> list[str]:
 # ----------------------------------------------------------------------------- the analysis
 
 
-def holm(pvalues: Mapping[Any, float]) -> dict[Any, float]:
-    """Holm's step-down adjusted p-values: the i-th smallest p (1-based) times (m - i + 1),
-    made non-decreasing in that order, capped at 1. Reject where adjusted p <= α."""
-    ordered = sorted(pvalues, key=lambda key: pvalues[key])
-    adjusted, running = {}, 0.0
-    for index, key in enumerate(ordered):
-        running = max(running, min(1.0, (len(ordered) - index) * pvalues[key]))
-        adjusted[key] = running
-    return adjusted
-
-
 def auc(records: Sequence[Mapping[str, Any]], name: str, steps: int = STEPS) -> float | None:
     """The mean over steps 1..steps of `rewards/<name>/mean`; None until every step is logged."""
     values = convergence.curve(records, f"rewards/{name}/mean", steps)
@@ -162,9 +152,7 @@ def auc_tests(
             differences = paired_differences(
                 runs, first, second, lambda run, name=name: auc(run["records"], name)
             )
-            test = (
-                convergence.paired_t(list(differences.values())) if len(differences) > 1 else None
-            )
+            test = paired_t(list(differences.values())) if len(differences) > 1 else None
             tests.append(
                 {
                     "contrast": (first, second),
@@ -247,8 +235,6 @@ def power_calculation(first_study: Path = FIRST_STUDY, seeds: int = len(SEEDS)) 
     difference of b (19/13 - 1) mean(1..20). Power of a two-sided paired t-test with `seeds`
     pairs (noncentral t) at α = 0.05 and at Holm's first threshold α / 6.
     """
-    from scipy import stats
-
     data = convergence.load_results(first_study)
     steps = data["study"]["settings"]["steps"]
     speedup = PAPER_STEPS_TO_THRESHOLD["gdpo"] / PAPER_STEPS_TO_THRESHOLD["mrtpo"] - 1
@@ -278,14 +264,10 @@ def power_calculation(first_study: Path = FIRST_STUDY, seeds: int = len(SEEDS)) 
             data["runs"], "mrtpo", "gdpo", lambda run, name=name: auc(run["records"], name, steps)
         )
         sd_difference = math.sqrt(2) * pooled
-        noncentrality = effect / (sd_difference / math.sqrt(seeds))
-        power = {}
-        for label, alpha in (("alpha_0.05", ALPHA), ("alpha_0.05/6", ALPHA / 6)):
-            critical = stats.t.ppf(1 - alpha / 2, seeds - 1)
-            power[label] = float(
-                stats.nct.sf(critical, seeds - 1, noncentrality)
-                + stats.nct.cdf(-critical, seeds - 1, noncentrality)
-            )
+        power = {
+            label: paired_power(effect, sd_difference, seeds, alpha)
+            for label, alpha in (("alpha_0.05", ALPHA), ("alpha_0.05/6", ALPHA / 6))
+        }
         out[name] = {
             "pooled_auc_sd": pooled,
             "pooled_degrees_of_freedom": degrees,
@@ -421,7 +403,7 @@ def paired_cells(differences: Sequence[float], digits: int = 3) -> str:
     """Two table cells: the mean of paired differences and its 95% t interval ("–" below 2)."""
     if len(differences) < 2:
         return "– | –"
-    test = convergence.paired_t(differences)
+    test = paired_t(differences)
     return f"{test['mean']:+.{digits}f} | [{test['low']:+.{digits}f}, {test['high']:+.{digits}f}]"
 
 

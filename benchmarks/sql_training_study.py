@@ -48,7 +48,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import convergence  # noqa: E402  (a sibling script: runs, resumption, paired t)
 import convergence_powered  # noqa: E402  (Holm, paired differences)
-import update_quality  # noqa: E402  (paired_power, the code's commit)
+import update_quality  # noqa: E402  (the code's commit)
+from paired_stats import holm, paired_power, paired_t  # noqa: E402  (the statistics, one place)
 
 RESULTS = Path("benchmarks/results/sql-training-study")
 POWERED_STUDY = HERE / "results" / "convergence-powered"  # the sizing's noise source
@@ -180,7 +181,7 @@ def sizing(powered_study: Path = POWERED_STUDY) -> dict[str, Any]:
     for label, effect in (("central", expected["share_central"]), ("upper", expected["share_range"][1])):  # fmt: skip
         for seeds in (CHECK_AFTER_SEEDS, len(SEEDS)):
             for alpha_label, alpha in (("0.05", ALPHA), ("0.025", ALPHA / 2)):
-                power[f"{label}, {seeds} seeds, alpha {alpha_label}"] = update_quality.paired_power(
+                power[f"{label}, {seeds} seeds, alpha {alpha_label}"] = paired_power(
                     effect, assumed, seeds, alpha
                 )
     return {
@@ -626,14 +627,14 @@ def primary_tests(runs: Mapping[str, Mapping[int, Any]]) -> list[dict[str, Any]]
             {
                 "endpoint": key,
                 "differences": differences,
-                "test": convergence.paired_t(list(differences.values()))
+                "test": paired_t(list(differences.values()))
                 if len(differences) > 1
                 else None,  # fmt: skip
                 "gdpo_learned_area": rise,
                 "predicted": None if rise is None else share * max(rise, 0.0),
             }
         )
-    adjusted = convergence_powered.holm({t["endpoint"]: t["test"]["p"] for t in tests if t["test"]})
+    adjusted = holm({t["endpoint"]: t["test"]["p"] for t in tests if t["test"]})
     for test in tests:
         test["holm_p"] = adjusted.get(test["endpoint"])
         test["significant"] = test["holm_p"] is not None and test["holm_p"] <= ALPHA
@@ -681,7 +682,7 @@ def noise_check(runs: Mapping[str, Mapping[int, Any]], plan: Mapping[str, Any]) 
         sd = float(np.std(values, ddof=1))
         rise = test["gdpo_learned_area"]
         effect = share * max(rise, 0.0)
-        powers = [update_quality.paired_power(effect, sd, len(SEEDS), alpha) for alpha in (ALPHA, ALPHA / 2)]  # fmt: skip
+        powers = [paired_power(effect, sd, len(SEEDS), alpha) for alpha in (ALPHA, ALPHA / 2)]  # fmt: skip
         relative = sd / rise if rise > 0 else float("nan")
         lines.append(
             f"| {ENDPOINTS[test['endpoint']]} | {rise:+.4f} | {sd:.4f} | {relative:.3f} "

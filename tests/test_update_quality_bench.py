@@ -22,6 +22,7 @@ from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import update_quality as uq  # noqa: E402
+import update_quality_passes as passes  # noqa: E402  (its private helpers, its engine)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -42,7 +43,7 @@ def _records(trainer, batches: int) -> list[dict]:
         rows = [dataset[(4 * len(records) + i) % len(dataset)] for i in range(4)]
         record = uq.sample_batch(trainer, rows, seed)
         seed += 1
-        if uq._varying_share(torch.tensor(record["rewards"])) > 0.2:
+        if passes._varying_share(torch.tensor(record["rewards"])) > 0.2:
             records.append(json.loads(json.dumps(record)))  # as stored
     return records
 
@@ -151,7 +152,7 @@ def test_an_estimators_gradient_equals_a_trainer_steps(tmp_path, estimator, loss
     )
     step.train()
     record = json.loads(json.dumps(step.kept))
-    assert uq._varying_share(torch.tensor(record["rewards"])) > 0
+    assert passes._varying_share(torch.tensor(record["rewards"])) > 0
     lengths = [len(ids) for ids in record["completion_ids"]]
     assert max(lengths) == 10 and min(lengths) < 5 and len(set(lengths)) >= 4, lengths
 
@@ -335,14 +336,14 @@ def test_an_interim_sample_scales_the_gain_by_the_planned_size(tmp_path):
     """Each reference averages over the other mini-batches of the whole planned sample, so a
     mini-batch's gain must not change as more of the sample is measured (it did: the report
     scaled by the number measured so far, and a single measured mini-batch divided by 0)."""
-    uq._write_json(
+    uq.write_json(
         tmp_path / "qwen_sql" / uq.POWER_FILE,
         {"pilot_batches": 8, "gdpo_mean_cosine": 0.05, "difference_mean": 0.0,
          "difference_sd": 0.01, "effect": 0.01, "alpha": 0.05 / 6, "needed_batches": 17,
          "cap": 9, "batches": 9, "power_at_batches": 0.37},
     )  # fmt: skip
     folder = tmp_path / "qwen_sql" / "main" / "measures"
-    uq._write_json(folder / "batch000.json", _synthetic(0, 0.05, 0.09, 0.0, 3.0))
+    uq.write_json(folder / "batch000.json", _synthetic(0, 0.05, 0.09, 0.0, 3.0))
     interim = uq.load_measures(tmp_path)["qwen_sql"]["main"]
     assert interim[0]["sample_batches"] == 9
     gain = uq.per_estimator(interim)["gdpo"]["gain"][0]
@@ -352,7 +353,7 @@ def test_an_interim_sample_scales_the_gain_by_the_planned_size(tmp_path):
     assert "main: 1 mini-batches (interim: 1 of 9)" in text
     assert "**qwen_sql**: no reading yet" in text
     for b in range(1, 9):
-        uq._write_json(folder / f"batch{b:03d}.json", _synthetic(b, 0.05, 0.09, 0.0, 3.0))
+        uq.write_json(folder / f"batch{b:03d}.json", _synthetic(b, 0.05, 0.09, 0.0, 3.0))
     complete = uq.per_estimator(uq.load_measures(tmp_path)["qwen_sql"]["main"])
     assert complete["gdpo"]["gain"][0] == pytest.approx(gain, rel=1e-12)
     with pytest.raises(ValueError, match="batches must be at least 2"):
@@ -375,7 +376,7 @@ def test_lanes_share_one_summed_reference(tmp_path):
     lanes = [uq.Lane(tmp_path, "smollm2_tool_calling", "pilot", 3, i, 2) for i in range(2)]
     settings = uq.reference_settings(lanes[0], "abc", None)
     for b in range(3):
-        uq._write_json(uq.sample_path(lanes[0], b), {"batch": b})
+        uq.write_json(uq.sample_path(lanes[0], b), {"batch": b})
     digests = {b: uq.file_digest(uq.sample_path(lanes[0], b)) for b in range(3)}
 
     def part(batches: list[int], values: list[float], made_with: dict = settings) -> dict:
@@ -402,7 +403,7 @@ def test_lanes_share_one_summed_reference(tmp_path):
     with pytest.raises(SystemExit, match="made with commit = 'def', this run has commit = 'abc'"):
         uq.wait_for_totals(lanes[1], 0.01, settings)  # a lane still on the old commit
     # A sample file changed under a finished part: refused, naming the mini-batch.
-    uq._write_json(uq.sample_path(lanes[0], 2), {"batch": 2, "regenerated": True})
+    uq.write_json(uq.sample_path(lanes[0], 2), {"batch": 2, "regenerated": True})
     with pytest.raises(SystemExit, match="mini-batch 2's sample .* is not the one"):
         uq.wait_for_totals(lanes[0], 0.01, newer)
 
@@ -454,9 +455,9 @@ def test_a_resume_with_other_settings_is_refused_naming_the_setting(
     shutil.copytree(resumable.results, tmp_path / "results")
     fields = {**vars(resumable), "results": tmp_path / "results"}
     if change == "commit":
-        monkeypatch.setattr(uq, "engine", lambda: {"commit": "f00", "uncommitted_changes": False})
+        monkeypatch.setattr(passes, "engine", lambda: {"commit": "f00", "uncommitted_changes": False})
     elif change == "code":
-        monkeypatch.setattr(uq, "code_digest", lambda: "edited")
+        monkeypatch.setattr(passes, "code_digest", lambda: "edited")
     elif change == "policy":
         from mrtpo.testing import save_tiny
 
@@ -514,7 +515,7 @@ def test_precision_comparison_reports_the_cosines_change(tmp_path):
     # The command stores it beside the other measurement.
     for root, records in {"a": same, "b": moved}.items():
         for record in records:
-            uq._write_json(
+            uq.write_json(
                 tmp_path
                 / root
                 / "qwen_sql"

@@ -1,0 +1,96 @@
+"""The paired statistics of the benchmarks, in one place: Student's paired t interval and test,
+Holm's step-down correction, the power of a paired t-test, and the fold jackknife that counts a
+reference shared by every pair (`benchmarks/update_quality*.py`, `convergence.py`,
+`convergence_powered.py`, `sql_training_study.py` all import them from here).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def paired_t(differences: Sequence[float], level: float = 0.95) -> dict[str, float]:
+    """Student's paired t-test of mean(differences) = 0 over n seeds (n >= 2): the mean, its
+    `level` t interval (mean ± t_{n-1} s / sqrt(n)), t, the two-sided p-value, n.
+
+    With identical differences (s = 0) the interval is the point and p is 0 (or 1 at mean 0)."""
+    values = np.asarray(differences, dtype=float)
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a paired t-test needs at least 2 differences, got {n}")
+    mean, error = float(values.mean()), float(values.std(ddof=1) / math.sqrt(n))
+    return t_interval(mean, error, n - 1, level, n=n)
+
+
+def t_interval(
+    mean: float, error: float, degrees: int, level: float = 0.95, n: int | None = None
+) -> dict[str, float]:
+    """An estimate with a standard error on `degrees` degrees of freedom: its `level` t interval,
+    t, and the two-sided p-value of "the estimand is 0". n: the pairs it was computed from
+    (default degrees + 1). A zero error gives the point as interval and p 0 (or 1 at 0)."""
+    from scipy import stats
+
+    if degrees < 1:
+        raise ValueError(f"degrees must be at least 1, got {degrees}")
+    n = degrees + 1 if n is None else n
+    if error == 0.0:
+        p = 1.0 if mean == 0.0 else 0.0
+        return {"mean": mean, "low": mean, "high": mean, "t": math.inf, "p": p, "n": n}
+    quantile = float(stats.t.ppf(0.5 + level / 2, degrees))
+    statistic = mean / error
+    p = float(2 * stats.t.sf(abs(statistic), degrees))
+    return {
+        "mean": mean,
+        "low": mean - quantile * error,
+        "high": mean + quantile * error,
+        "t": statistic,
+        "p": p,
+        "n": n,
+    }
+
+
+def holm(pvalues: Mapping[Any, float]) -> dict[Any, float]:
+    """Holm's step-down adjusted p-values: the i-th smallest p (1-based) times (m - i + 1),
+    made non-decreasing in that order, capped at 1. Reject where adjusted p <= α."""
+    ordered = sorted(pvalues, key=lambda key: pvalues[key])
+    adjusted, running = {}, 0.0
+    for index, key in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - index) * pvalues[key]))
+        adjusted[key] = running
+    return adjusted
+
+
+def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:
+    """Power of the two-sided paired t-test of n differences with mean `effect` and SD `sd`
+    (noncentral t); NaN for n < 2 or sd <= 0."""
+    from scipy import stats
+
+    if n < 2 or sd <= 0:
+        return float("nan")
+    degrees = n - 1
+    critical = stats.t.ppf(1 - alpha / 2, degrees)
+    shift = effect / sd * math.sqrt(n)
+    return float(stats.nct.sf(critical, degrees, shift) + stats.nct.cdf(-critical, degrees, shift))
+
+
+def fold_jackknife(
+    estimate: float, deleted: Sequence[float], level: float = 0.95
+) -> dict[str, float]:
+    """The delete-one-fold jackknife interval of a statistic computed from F disjoint folds.
+
+    estimate: the statistic on every fold; deleted: F values, the statistic recomputed with
+    fold f left out of everything it enters (where each pair's reference is the sum of the
+    other pairs' parts, fold f leaves both the pairs and the references). The variance
+    (F - 1) / F sum_f (deleted_f - mean)^2 counts whatever the folds share, which a t over the
+    pairs leaves out; the interval is the estimate ± t_{F-1} times its root.
+    """
+    values = np.asarray(deleted, dtype=float)
+    folds = len(values)
+    if folds < 2:
+        raise ValueError(f"deleted must hold at least 2 folds' values, got {folds}")
+    variance = (folds - 1) / folds * float(np.sum((values - values.mean()) ** 2))
+    return t_interval(float(estimate), math.sqrt(variance), folds - 1, level, n=folds)

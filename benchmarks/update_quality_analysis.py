@@ -1,0 +1,232 @@
+"""The update-quality benchmark's analysis (`update_quality.py`): each estimator's measures per
+mini-batch from the stored dot products, the paired tests of the plan, the power calculation,
+and the comparison of two measurements of the same mini-batches."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from paired_stats import holm, paired_power, paired_t
+from update_quality_states import (
+    ALPHA,
+    EFFECT_SHARE,
+    ESTIMATORS,
+    GROUP_SIZE,
+    MAX_GRAD_NORM,
+    PILOT_BATCHES,
+    POWER,
+    POWER_FILE,
+    PRIMARY_CONTRASTS,
+    PROMPTS_PER_BATCH,
+    SAMPLES,
+    SECONDARY_CONTRASTS,
+    STATES,
+    read_json,
+    sample_dir,
+    state_dir,
+)
+
+# ----------------------------------------------------------------------------- the analysis
+
+
+def load_measures(results: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """{state: {sample: [measures of its mini-batches, by index]}} from the results files.
+    Each record gets `sample_batches`, the sample's planned size (the pilot's fixed size, the
+    main sample's from the power calculation): its reference averages over the other
+    mini-batches of all of them, whether or not they are measured yet."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for state in STATES:
+        power = read_json(state_dir(results, state) / POWER_FILE)
+        for sample in SAMPLES:
+            folder = sample_dir(results, state, sample) / "measures"
+            records = [read_json(path) for path in sorted(folder.glob("batch*.json"))]
+            planned = PILOT_BATCHES if sample == "pilot" else (power or {}).get("batches")
+            for record in records:
+                record["sample_batches"] = max(planned or 0, len(records))
+            if records:
+                out.setdefault(state, {})[sample] = records
+    return out
+
+
+def direction(record: Mapping[str, Any], estimator: str) -> dict[str, float]:
+    """An estimator's dots on one mini-batch: ref_dots [K], norm2, diff2 (its squared distance
+    from gdpo's gradient). At beta < 1 a token-level variant is the blend
+    (1 - beta) g_gdpo + beta g_variant(1), whose dots are bilinear in the measured ones."""
+    variant, beta = ESTIMATORS[estimator]
+    measured = record["directions"]
+    gdpo = measured["gdpo"]
+    if beta is None:
+        one = measured[variant]
+        cross = one.get("dot_gdpo", one["norm2"] if variant == "gdpo" else float("nan"))
+        return {
+            "ref_dots": list(one["ref_dots"]),
+            "norm2": one["norm2"],
+            "diff2": one["norm2"] - 2 * cross + gdpo["norm2"] if variant != "gdpo" else 0.0,
+        }
+    one = measured[variant]
+    cross = one["dot_gdpo"]
+    dots = [
+        (1 - beta) * a + beta * b for a, b in zip(gdpo["ref_dots"], one["ref_dots"], strict=True)
+    ]
+    norm2 = (1 - beta) ** 2 * gdpo["norm2"] + 2 * beta * (1 - beta) * cross + beta**2 * one["norm2"]
+    diff2 = beta**2 * (one["norm2"] - 2 * cross + gdpo["norm2"])
+    return {"ref_dots": dots, "norm2": norm2, "diff2": diff2}
+
+
+def batch_measures(
+    record: Mapping[str, Any], estimator: str, batches: int, weights: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """One estimator on one mini-batch: cosine with the summed-reward reference and with each
+    reward's, the gradient norm, the first-order gain of the clipped step and the norm of the
+    difference from gdpo's gradient. `batches`: the sample's number of mini-batches (the
+    reference averages over the other ones' prompts)."""
+    values = direction(record, estimator)
+    gram = np.asarray(record["ref_gram"], dtype=float)
+    c = np.ones(len(gram)) if weights is None else np.asarray(weights, dtype=float)
+    dots = np.asarray(values["ref_dots"], dtype=float)
+    norm = math.sqrt(max(values["norm2"], 0.0))
+    summed_dot, summed_norm = float(c @ dots), math.sqrt(max(float(c @ gram @ c), 0.0))
+    per_prompt = (batches - 1) * PROMPTS_PER_BATCH * GROUP_SIZE  # the reference's 1 / (P G)
+    if per_prompt <= 0:
+        raise ValueError(
+            f"batches must be at least 2 (the reference is the others'), got {batches}"
+        )
+    return {
+        "cosine": _safe_ratio(summed_dot, norm * summed_norm),
+        "reward_cosines": [
+            _safe_ratio(float(dots[k]), norm * math.sqrt(max(gram[k, k], 0.0)))
+            for k in range(len(dots))
+        ],
+        "norm": norm,
+        "gain": summed_dot / per_prompt / max(MAX_GRAD_NORM, norm),
+        "diff_norm": math.sqrt(max(values["diff2"], 0.0)),
+    }
+
+
+def _safe_ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator > 0 else float("nan")
+
+
+def per_estimator(
+    records: Sequence[Mapping[str, Any]], batches: int | None = None
+) -> dict[str, dict[str, list[float]]]:
+    """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward).
+    batches: the sample's size; by default each record's `sample_batches` (set by
+    `load_measures`), else the number of records."""
+    out: dict[str, dict[str, Any]] = {}
+    for estimator in ESTIMATORS:
+        rows = [
+            batch_measures(r, estimator, batches or r.get("sample_batches", len(records)))
+            for r in records
+        ]
+        out[estimator] = {
+            key: [row[key] for row in rows] for key in ("cosine", "norm", "gain", "diff_norm")
+        }
+        out[estimator]["reward_cosines"] = [
+            list(v) for v in zip(*(r["reward_cosines"] for r in rows), strict=True)
+        ]
+    return out
+
+
+def contrast_tests(
+    values: Mapping[str, Mapping[str, Sequence[float]]], contrasts: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Paired t-test of the cosine differences over mini-batches, per contrast."""
+    tests = []
+    for first, second in contrasts:
+        differences = np.subtract(values[first]["cosine"], values[second]["cosine"])
+        test = paired_t(list(differences)) if len(differences) > 1 else None
+        tests.append({"contrast": (first, second), "test": test})
+    return tests
+
+
+def primary_tests(measures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The 6 pre-registered tests (3 per state, on the main sample), Holm over those present."""
+    tests = []
+    for state in STATES:
+        records = measures.get(state, {}).get("main")
+        if not records:
+            continue
+        for test in contrast_tests(per_estimator(records), PRIMARY_CONTRASTS):
+            tests.append({"state": state, **test})
+    adjusted = holm({i: t["test"]["p"] for i, t in enumerate(tests) if t["test"] is not None})
+    for i, test in enumerate(tests):
+        test["holm_p"] = adjusted.get(i)
+        test["significant"] = test["holm_p"] is not None and test["holm_p"] <= ALPHA
+    return tests
+
+
+def power_calculation(pilot: Sequence[Mapping[str, Any]], cap: int) -> dict[str, Any]:
+    """From the pilot's mini-batches: the mini-batches for power POWER to detect EFFECT_SHARE of
+    gdpo's mean cosine in mrtpo(0.5) - gdpo at ALPHA / 6 (Holm's first step); at most `cap`."""
+    values = per_estimator(pilot)
+    gdpo_mean = float(np.mean(values["gdpo"]["cosine"]))
+    differences = np.subtract(values["mrtpo(0.5)"]["cosine"], values["gdpo"]["cosine"])
+    sd = float(np.std(differences, ddof=1))
+    effect = EFFECT_SHARE * abs(gdpo_mean)
+    alpha = ALPHA / 6
+    needed = next(
+        (n for n in range(2, 10_001) if paired_power(effect, sd, n, alpha) >= POWER), None
+    )
+    chosen = min(needed or cap, cap)
+    return {
+        "pilot_batches": len(pilot),
+        "gdpo_mean_cosine": gdpo_mean,
+        "effect": effect,
+        "difference_mean": float(differences.mean()),
+        "difference_sd": sd,
+        "alpha": alpha,
+        "needed_batches": needed,
+        "cap": cap,
+        "batches": max(chosen, 2),
+        "power_at_batches": paired_power(effect, sd, max(chosen, 2), alpha),
+        "contrast_sds": {
+            f"{a} - {b}": float(
+                np.std(np.subtract(values[a]["cosine"], values[b]["cosine"]), ddof=1)
+            )
+            for a, b in (*PRIMARY_CONTRASTS, *SECONDARY_CONTRASTS)
+        },
+    }
+
+
+def precision_comparison(
+    reference: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The same mini-batches measured twice (e.g. float32 and `--bf16`): per estimator the mean
+    cosine of each, the largest per-mini-batch change of the cosine, and per contrast (primary
+    and secondary) the mean difference of each with the change of its mean. Only the
+    mini-batches measured both ways count (a partial second measurement compares on its own)."""
+    common = sorted({r["batch"] for r in reference} & {r["batch"] for r in other})
+    if not common:
+        raise ValueError("precision_comparison: the two measurements share no mini-batch")
+    batches = len({r["batch"] for r in reference})  # the sample's size sets each reference's scale
+    first = per_estimator([r for r in reference if r["batch"] in common], batches)
+    second = per_estimator([r for r in other if r["batch"] in common], batches)
+    estimators = {
+        name: {
+            "mean_cosine": [
+                float(np.mean(first[name]["cosine"])),
+                float(np.mean(second[name]["cosine"])),
+            ],
+            "max_abs_change": float(
+                np.max(np.abs(np.subtract(first[name]["cosine"], second[name]["cosine"])))
+            ),
+            "mean_norm": [
+                float(np.mean(first[name]["norm"])),
+                float(np.mean(second[name]["norm"])),
+            ],
+        }
+        for name in ESTIMATORS
+    }
+    contrasts = {}
+    for a, b in (*PRIMARY_CONTRASTS, *SECONDARY_CONTRASTS):
+        means = [
+            float(np.mean(np.subtract(values[a]["cosine"], values[b]["cosine"])))
+            for values in (first, second)
+        ]
+        contrasts[f"{a} - {b}"] = {"mean_difference": means, "change": means[1] - means[0]}
+    return {"batches": common, "estimators": estimators, "contrasts": contrasts}

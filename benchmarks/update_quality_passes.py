@@ -1,0 +1,656 @@
+"""The update-quality benchmark's gradient passes (`update_quality.py`): every estimator's
+update and the leave-batch-out references as flat gradients, the reference and measure passes,
+the lanes that share them, and the checks that let a pass resume only where it can."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import convergence  # a sibling script: the cold start, the machine
+import numpy as np
+from update_quality_states import (
+    CHECKPOINTS,
+    GROUP_SIZE,
+    RESPONSE_LEVEL,
+    RUN_FILE,
+    STATES,
+    TOKEN_VARIANTS,
+    State,
+    batch_inputs,
+    batch_rows,
+    build_trainer,
+    configured,
+    max_batches,
+    read_json,
+    sample_batch,
+    sample_dir,
+    state_dir,
+    write_json,
+)
+
+# ----------------------------------------------------------------------------- directions
+
+
+def leave_one_out(rewards: Any, group_size: int = GROUP_SIZE) -> Any:
+    """Each response's reward minus the mean of the other responses to its prompt:
+    Tensor[N, K] from Tensor[N, K] (a reward with no score counts 0; none here has)."""
+    import torch
+
+    rewards = torch.nan_to_num(rewards)
+    grouped = rewards.view(-1, group_size, rewards.shape[1])
+    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    return (grouped - others).view_as(rewards)
+
+
+def estimator_advantages(
+    trainer: Any, inputs: Mapping[str, Any], scored: Any, batch: int
+) -> dict[str, Any]:
+    """Each directly measured estimator's advantages on the batch, made by the trainer's code:
+    grpo and gdpo (Tensor[N]) by the registry as `_generate_and_score_completions` calls it;
+    each token-level variant (Tensor[N, T]) by `_token_advantages` at beta 1 (its replay, or
+    the entropy forward), with the variant's switches set. The step (`global_step`) is the
+    mini-batch's index: the placebo's pairing and the shuffle's permutation are the ones the
+    trainer would draw at that step."""
+    import torch
+
+    from mrtpo import advantages
+    from mrtpo.step_data import StepAdvantages
+    from mrtpo.trainer import EPS
+
+    out: dict[str, Any] = {}
+    weights = trainer._step_reward_weights(scored.rewards)
+    for name in RESPONSE_LEVEL:
+        out[name] = advantages.get_estimator(name)(
+            scored.rewards, GROUP_SIZE, weights, scale=trainer.scale_rewards, eps=EPS
+        )
+    normalized = torch.nan_to_num(advantages.per_reward(scored.rewards, GROUP_SIZE, eps=EPS))
+    step = StepAdvantages(weights, out["gdpo"], per_reward=normalized, token=None)
+    trainer.state.global_step = batch
+    output = {
+        key: inputs[key]
+        for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+    }
+    for name, switches in TOKEN_VARIANTS.items():
+        with configured(trainer, mrtpo_beta=1.0, mrtpo_warmup_steps=0, **switches):
+            token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
+        out[name] = token.advantages
+    return out
+
+
+def flat_gradient(model: Any) -> Any:
+    """The model's gradient as one float32 vector on the CPU (0 for a parameter without one).
+    Each parameter's `.grad` is released once copied: a 0.5B model's gradient is 2.5 GB, and
+    holding it twice costs what a lane can spare."""
+    import torch
+
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.zeros(sum(p.numel() for p in parameters), dtype=torch.float32)
+    offset = 0
+    for parameter in parameters:
+        size = parameter.numel()
+        if parameter.grad is not None:
+            flat[offset : offset + size].copy_(parameter.grad.detach().reshape(-1))
+            parameter.grad = None
+        offset += size
+    return flat
+
+
+CHUNK = 1 << 24  # elements per step of a streamed dot product
+
+
+def dot(a: Any, b: Any) -> float:
+    """a . b in float64, streamed over chunks (no float64 copy of a whole gradient)."""
+    total = 0.0
+    for start in range(0, a.numel(), CHUNK):
+        total += float(a[start : start + CHUNK].double() @ b[start : start + CHUNK].double())
+    return total
+
+
+def difference(total: Any, part: Any, dtype: Any) -> Any:
+    """total - part, stored in `dtype`, computed chunk by chunk in float32."""
+    import torch
+
+    out = torch.empty(part.numel(), dtype=dtype)
+    for start in range(0, part.numel(), CHUNK):
+        chunk = slice(start, start + CHUNK)
+        out[chunk] = (total[chunk].float() - part[chunk]).to(dtype)
+    return out
+
+
+LOSS_SUMS_OVER_TOKENS = ("dapo", "cispo", "vespo")  # TRL's normalizer: the batch's tokens
+
+
+def batch_gradients(
+    trainer: Any,
+    inputs: Mapping[str, Any],
+    coefficients: Mapping[str, Any],
+    on_gradient: Any,
+    rows_per_forward: int | None = None,
+    recompute: bool = False,
+) -> None:
+    """For each entry of `coefficients`, the ascent direction (minus the loss gradient) of
+    the batch, passed to `on_gradient(name, vector)` in order.
+
+    An estimator's entry is its advantages, Tensor[N] or Tensor[N, T]: the loss is TRL's
+    `_compute_loss` on the whole batch (one optimizer step of the training shape: TRL's
+    normalizer is the batch's tokens). A reference's entry is ("sequence", Tensor[N]): the
+    loss -sum_i a_i sum_t log p(y_i,t).
+
+    The rows go through the model `rows_per_forward` at a time (whole groups: a multiple of
+    GROUP_SIZE; default all). Each forward serves every loss (`MeasuringTrainer`), one backward
+    each, the directions summed over the forwards (memory: one gradient per entry); with
+    `recompute`, each entry runs its own forwards instead (memory: one gradient; time: a
+    forward per entry and chunk). Chunks need a loss whose chunks add up (TRL's
+    LOSS_SUMS_OVER_TOKENS); any other loss type is measured on the whole batch.
+    """
+    rows = inputs["completion_ids"].shape[0]
+    step = rows_per_forward or rows
+    if step % GROUP_SIZE:
+        raise ValueError(f"rows_per_forward must hold whole groups of {GROUP_SIZE}, got {step}")
+    if step < rows and trainer.loss_type not in LOSS_SUMS_OVER_TOKENS:
+        raise ValueError(
+            f"loss_type {trainer.loss_type!r}: rows_per_forward cuts a batch into chunks whose "
+            f"losses must add up, as TRL's {', '.join(LOSS_SUMS_OVER_TOKENS)} losses do"
+        )
+    trainer.current_gradient_accumulation_steps = trainer.args.steps_per_generation
+    chunks = [slice(start, start + step) for start in range(0, rows, step)]
+    model = trainer.model
+    try:
+        if recompute:
+            for name, coefficient in coefficients.items():
+                model.zero_grad(set_to_none=True)
+                for chunk in chunks:  # the chunks' gradients add up in `.grad`
+                    _chunk_backwards(trainer, inputs, {name: coefficient}, chunk)
+                on_gradient(name, flat_gradient(model).neg_())  # the ascent direction
+            return
+        sums: dict[str, Any] = {}
+
+        def add(name: str) -> None:  # the ascent direction, summed over the chunks
+            vector = flat_gradient(model)
+            if name in sums:
+                sums[name] -= vector
+            elif len(chunks) == 1:
+                on_gradient(name, -vector)
+            else:
+                sums[name] = -vector
+
+        for chunk in chunks:
+            _chunk_backwards(trainer, inputs, coefficients, chunk, add)
+        for name in list(sums):
+            on_gradient(name, sums.pop(name))
+    finally:
+        trainer.reused = None
+        model.zero_grad(set_to_none=True)
+
+
+def _chunk_backwards(
+    trainer: Any,
+    inputs: Mapping[str, Any],
+    coefficients: Mapping[str, Any],
+    rows: slice,
+    after_backward: Any = None,
+) -> None:
+    """One forward of `rows`, then each entry's loss on them and its backward. With
+    `after_backward`, `.grad` is cleared before each backward and `after_backward(name)` reads
+    it after; without, the gradients are left summed in `.grad`."""
+    import torch
+
+    model = trainer.model
+    chunk = {
+        key: (value[rows] if key != "num_items_in_batch" else value)
+        for key, value in inputs.items()
+    }
+    input_ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+    attention_mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+    trainer.reused = None
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention_mask, input_ids.shape[1] - chunk["prompt_ids"].shape[1],
+        compute_entropy=True,
+    )  # fmt: skip
+    mask = chunk["completion_mask"].float()
+    trainer.reused = (logps, entropies)
+    names = list(coefficients)
+    for position, name in enumerate(names):
+        coefficient = coefficients[name]
+        if after_backward is not None:
+            model.zero_grad(set_to_none=True)
+        if isinstance(coefficient, tuple):  # a reference: sequence log-probabilities
+            a = coefficient[1][rows].to(logps.device)
+            loss = -(a.unsqueeze(1) * logps * mask).sum()
+        else:
+            loss = trainer._compute_loss(model, {**chunk, "advantages": coefficient[rows]})
+        loss.backward(retain_graph=position < len(names) - 1)
+        if after_backward is not None:
+            after_backward(name)
+    trainer.reused = None
+
+
+def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
+    """`batch_gradients`' entries of the per-reward references: ("sequence", a_k) with a_k
+    each response's leave-one-out advantage of reward k."""
+    centred = leave_one_out(scored.rewards.float().cpu())
+    return {f"ref/{name}": ("sequence", centred[:, k]) for k, name in enumerate(names)}
+
+
+# ----------------------------------------------------------------------------- the passes
+
+
+def reference_pass(
+    trainer: Any,
+    record: Mapping[str, Any],
+    layout: Mapping[str, Any] | None = None,
+    sums: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The batch's own part of each per-reward reference, added into `sums` (in place, each
+    gradient as it arrives: no second copy of a 0.5B model's references) and returned:
+    {"ref/<reward>": vector}. layout: `batch_gradients`' rows_per_forward and recompute."""
+    inputs, scored = batch_inputs(trainer, record)
+    sums = {} if sums is None else sums
+
+    def add(name: str, vector: Any) -> None:
+        if name in sums:
+            sums[name].add_(vector)
+        else:
+            sums[name] = vector
+
+    batch_gradients(
+        trainer,
+        inputs,
+        reference_coefficients(scored, record["reward_names"]),
+        add,
+        **(layout or {}),
+    )
+    return sums
+
+
+def measure_batch(
+    trainer: Any,
+    record: Mapping[str, Any],
+    batch: int,
+    totals: Mapping[str, Any],
+    store_dtype: str = "float32",
+    layout: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every direction of one mini-batch against its leave-batch-out references.
+
+    totals: {"ref/<reward>": the sum of every mini-batch's part} (`reference_pass`).
+    store_dtype: the references and gdpo's gradient are held in it while the other gradients
+    stream past ("bfloat16" halves them: the 0.5B model's references; every dot product is
+    still taken in float64 against the float32 gradient).
+    Returns the dot products the report needs: the references' Gram matrix, and per measured
+    direction its dots with each reference, its squared norm and its dot with gdpo's.
+    """
+    inputs, scored = batch_inputs(trainer, record)
+    names = [f"ref/{name}" for name in record["reward_names"]]
+    coefficients = reference_coefficients(scored, record["reward_names"])
+    started = time.perf_counter()
+    estimated = estimator_advantages(trainer, inputs, scored, batch)
+    advantage_seconds = time.perf_counter() - started
+    coefficients.update(estimated)
+    import torch
+
+    dtype = getattr(torch, store_dtype)
+    references: dict[str, Any] = {}
+    kept: dict[str, Any] = {}
+    directions: dict[str, dict[str, Any]] = {}
+
+    def take(name: str, vector: Any) -> None:
+        if name in names:  # the other mini-batches' part: the total minus this one's
+            references[name] = difference(totals[name], vector, dtype)
+            return
+        entry = {
+            "ref_dots": [dot(vector, references[r]) for r in names],
+            "norm2": dot(vector, vector),
+        }
+        if "gdpo" in kept:
+            entry["dot_gdpo"] = dot(vector, kept["gdpo"])
+        if name == "gdpo":
+            kept["gdpo"] = vector.to(dtype)
+            entry["dot_gdpo"] = entry["norm2"]
+        directions[name] = entry
+
+    started = time.perf_counter()
+    batch_gradients(trainer, inputs, coefficients, take, **(layout or {}))
+    gram = [[dot(references[a], references[b]) for b in names] for a in names]
+    return {
+        "batch": batch,
+        "reward_names": record["reward_names"],
+        "rewards_mean": np.nanmean(np.array(record["rewards"], dtype=float), axis=0).tolist(),
+        "varying_pairs_share": _varying_share(scored.rewards),
+        "ref_gram": gram,
+        "directions": directions,
+        "seconds": {"advantages": advantage_seconds, "gradients": time.perf_counter() - started},
+    }
+
+
+def _varying_share(rewards: Any) -> float:
+    """The share of (row, reward) pairs whose reward varies within the row's group."""
+    import torch
+
+    grouped = torch.nan_to_num(rewards).view(-1, GROUP_SIZE, rewards.shape[1])
+    varying = (grouped.max(dim=1).values > grouped.min(dim=1).values).float()
+    return float(varying.mean())
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Lane:
+    """One process's share of a sample: the mini-batches b with b % lanes == lane."""
+
+    results: Path
+    state_name: str
+    sample: str
+    batches: int
+    lane: int = 0
+    lanes: int = 1
+    device: str = "cpu"
+    store_dtype: str = "float32"
+    rows_per_forward: int | None = None  # `batch_gradients`' chunks (default: the whole batch)
+    recompute: bool = False
+    # TRL's bf16 mixed precision: the loss forward and the replay under bfloat16 autocast, the
+    # weights and gradients float32 (what a user training in bf16 gets; faster on CPU)
+    bf16: bool = False
+    model_path: str | None = None  # tests: a saved tiny model instead of the state's policy
+    task_data: str | None = None
+    waited: float = field(default=0.0)
+
+    @property
+    def folder(self) -> Path:
+        return sample_dir(self.results, self.state_name, self.sample)
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        return {"rows_per_forward": self.rows_per_forward, "recompute": self.recompute}
+
+    @property
+    def precision(self) -> dict[str, Any]:
+        return {"store_dtype": self.store_dtype, "bf16_autocast": self.bf16}
+
+    def mine(self) -> list[int]:
+        return [b for b in range(self.batches) if b % self.lanes == self.lane]
+
+
+def policy_path(lane: Lane, state: State) -> str:
+    """The state's policy: a test's model, the embedded model, or the powered study's cold
+    start (built once into this state's folder, by the study's own recipe)."""
+    if lane.model_path is not None:
+        return lane.model_path
+    if state.model != "cold_start":
+        return state.model
+    args = argparse.Namespace(
+        results=state_dir(lane.results, lane.state_name),
+        cold_start=None,
+        model_name_or_path=None,
+        sft_max_steps=3,
+        device="cpu" if lane.device == "cpu" else lane.device,
+    )
+    folder = convergence.cold_start_dir(args)
+    with convergence.run_lock(folder.parent, wait=True):
+        return str(convergence.build_cold_start(args))
+
+
+def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
+    """(trainer, dataset, task, tokenizer, state) of a lane."""
+    import torch
+
+    from mrtpo import tasks
+    from mrtpo.models import load_model
+
+    state = STATES[lane.state_name]
+    task = tasks.get(state.task)
+    data = lane.task_data or state.data
+    dataset = task.load("train", path=data)
+    model, tokenizer = load_model(policy_path(lane, state), dtype=torch.float32)
+    trainer = build_trainer(
+        model,
+        tokenizer,
+        task,
+        dataset,
+        state,
+        lane.folder / CHECKPOINTS / "trainer",
+        lane.device,
+        bf16=lane.bf16,
+    )
+    return trainer, dataset, task, tokenizer, state
+
+
+def sample_path(lane: Lane, batch: int) -> Path:
+    return lane.folder / "samples" / f"batch{batch:03d}.json"
+
+
+def measure_path(lane: Lane, batch: int) -> Path:
+    return lane.folder / "measures" / f"batch{batch:03d}.json"
+
+
+def reference_path(lane: Lane, lane_index: int) -> Path:
+    return lane.folder / CHECKPOINTS / f"reference-lane{lane_index}.pt"
+
+
+def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
+    """Sample, reference pass, then (once every lane's reference pass is in) measure pass, each
+    resuming where it stopped."""
+    import torch
+
+    trainer, dataset, _, _, state = load_state(lane)
+    limit = max_batches(len(dataset), lane.sample)
+    if lane.batches > limit:
+        raise SystemExit(f"{lane.sample}: at most {limit} mini-batches of these prompts")
+    record = read_json(lane.folder / RUN_FILE) or {"lanes": {}}
+    info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
+    policy = {}
+    if state.model == "cold_start" and lane.model_path is None:  # rebuilt per machine: which one
+        policy["cold_start_sha256"] = convergence.weights_digest(Path(policy_path(lane, state)))
+    code = engine()
+    info["sessions"].append({**_machine(lane), **code, **lane.precision, **lane.layout, **policy})
+    settings = reference_settings(lane, code["commit"], policy.get("cold_start_sha256"))
+    info["batches"] = lane.batches
+    write_json(lane.folder / RUN_FILE, record)
+
+    def spend(stage: str, started: float) -> None:
+        info["cpu_seconds"][stage] = (
+            info["cpu_seconds"].get(stage, 0.0) + time.process_time() - started
+        )
+        info["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        fresh = read_json(lane.folder / RUN_FILE) or {"lanes": {}}
+        fresh["lanes"][str(lane.lane)] = info
+        write_json(lane.folder / RUN_FILE, fresh)
+
+    seed_base = {"pilot": 1_000, "main": 2_000}[lane.sample] + 100_000 * state.seed
+    for batch in lane.mine():
+        if sample_path(lane, batch).is_file():
+            continue
+        started = time.process_time()
+        rows = [dataset[i] for i in batch_rows(len(dataset), state.seed, lane.sample, batch)]
+        write_json(sample_path(lane, batch), sample_batch(trainer, rows, seed_base + batch))
+        spend("sample", started)
+
+    path = reference_path(lane, lane.lane)
+    partial = {"batches": [], "sums": {}, "settings": settings, "samples": {}}
+    if path.is_file():
+        partial = torch.load(path)
+        check_part(partial, path, lane, settings)
+    for batch in lane.mine():
+        if batch in partial["batches"]:
+            continue
+        started = time.process_time()
+        reference_pass(trainer, read_json(sample_path(lane, batch)), lane.layout, partial["sums"])
+        partial["batches"].append(batch)
+        partial["samples"][batch] = file_digest(sample_path(lane, batch))
+        torch.save(partial, path.with_name(path.name + ".tmp"))
+        os.replace(path.with_name(path.name + ".tmp"), path)
+        spend("reference", started)
+
+    del partial  # this lane's sums: 7.6 GB for the 0.5B model, not needed beside the totals
+    totals = wait_for_totals(lane, poll_seconds, settings)
+    for batch in lane.mine():
+        if measure_path(lane, batch).is_file():
+            continue
+        started = time.process_time()
+        measured = measure_batch(
+            trainer,
+            read_json(sample_path(lane, batch)),
+            batch,
+            totals,
+            lane.store_dtype,
+            lane.layout,
+        )
+        write_json(measure_path(lane, batch), measured)
+        spend("measure", started)
+
+
+def wait_for_totals(lane: Lane, poll_seconds: float, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The sum over all lanes' reference parts, once every mini-batch is in one: summed once
+    into `reference-total.pt` (each lane writes the same sum, atomically) and memory-mapped,
+    so the lanes share its pages instead of each holding a copy. Every part is checked against
+    this run's `settings` (`check_part`); the total is reused only if it was summed from these
+    parts (their settings and samples), else summed again."""
+    import torch
+
+    total_path = lane.folder / CHECKPOINTS / "reference-total.pt"
+    while True:
+        partials = [reference_path(lane, i) for i in range(lane.lanes)]
+        if all(p.is_file() for p in partials):
+            loaded = [torch.load(p, mmap=True) for p in partials]
+            for path, part in zip(partials, loaded, strict=True):
+                check_part(part, path, lane, settings)
+            done = sorted(b for part in loaded for b in part["batches"])
+            if done == list(range(lane.batches)):
+                if len(loaded) == 1:
+                    return loaded[0]["sums"]
+                made_of = {"settings": dict(settings), "samples": {}}
+                for part in loaded:
+                    made_of["samples"].update(part["samples"])
+                total = torch.load(total_path, mmap=True) if total_path.is_file() else {}
+                if {k: total.get(k) for k in made_of} != made_of:  # absent, or of other parts
+                    totals: dict[str, Any] = {}
+                    for part in loaded:
+                        for name, vector in part["sums"].items():
+                            totals[name] = totals.get(name, 0) + vector
+                    temporary = total_path.with_name(f"{total_path.name}.{lane.lane}.tmp")
+                    torch.save({**made_of, "sums": totals}, temporary)
+                    del totals
+                    os.replace(temporary, total_path)
+                del loaded, total
+                return torch.load(total_path, mmap=True)["sums"]
+        time.sleep(poll_seconds)
+        lane.waited += poll_seconds
+
+
+# ----------------------------------------------------------------------------- resuming
+
+# The settings a sample's passes must share, kept in each reference part (and the total): the
+# code, the policy, and the flags that make the computation (precision, storage of the
+# references in the measure pass, layout, lanes). A resume with another value is refused. The
+# threads and the machine are not among them: they change only the rounding, and a lane may
+# resume on another machine. The sample files are checked by their digests, per mini-batch.
+FLAGS = {"bf16": "--bf16", "store_dtype": "--store_dtype", "lanes": "--lanes",
+         "rows_per_forward": "--rows_per_forward", "recompute": "--recompute"}  # fmt: skip
+
+
+def reference_settings(lane: Lane, commit: str | None, cold_start: str | None) -> dict[str, Any]:
+    policy = cold_start or lane.model_path or STATES[lane.state_name].model
+    flags = {name: getattr(lane, name) for name in FLAGS}
+    return {"commit": commit, "code_sha256": code_digest(), "policy": policy, **flags}
+
+
+def benchmark_files() -> list[Path]:
+    """The benchmark's own sources: `update_quality.py`, its modules and the statistics."""
+    here = Path(__file__).resolve().parent
+    return [*sorted(here.glob("update_quality*.py")), here / "paired_stats.py"]
+
+
+def code_digest() -> str:
+    """sha256 of the benchmark's sources and the mrtpo package's: the code, committed or not."""
+    import hashlib
+
+    import mrtpo
+
+    package = Path(mrtpo.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in benchmark_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_part(
+    part: Mapping[str, Any], path: Path, lane: Lane, settings: Mapping[str, Any]
+) -> None:
+    """Refuse a reference part made with other settings than `settings`, or from another
+    sample file than the one now in the folder, naming the setting and how to go on."""
+    checkpoints = lane.folder / CHECKPOINTS
+    redo = f"or delete {checkpoints} to redo the reference pass"
+    stored = part.get("settings")
+    if stored is None:
+        raise SystemExit(f"{path} was written before the settings were kept with it: {redo[3:]}")
+    for name, new in settings.items():
+        old = stored.get(name)
+        if old == new:
+            continue
+        if name in FLAGS:
+            flag = FLAGS[name]
+            same = f"pass {flag}" if old is True else f"pass {flag} {old}"
+            how = f"leave out {flag}" if old in (False, None) else same
+            how += " as the reference pass did"
+        elif name == "commit":
+            how = f"run from a checkout of {old} (git worktree add --detach DIR {old})"
+        elif name == "code_sha256":
+            how = "run with the code as it was (src/mrtpo or the benchmark changed, uncommitted)"
+        else:
+            how = f"run with the policy the reference pass used ({old})"
+        raise SystemExit(
+            f"{path}: made with {name} = {old!r}, this run has {name} = {new!r}: to resume, "
+            f"{how}; {redo} with {name} = {new!r}"
+        )
+    for batch in part["batches"]:
+        sample = sample_path(lane, batch)
+        now = file_digest(sample) if sample.is_file() else "missing"
+        if part["samples"].get(batch) != now:
+            raise SystemExit(
+                f"{path}: mini-batch {batch}'s sample {sample} is not the one its reference part "
+                f"was made from (sha256 {part['samples'].get(batch)}, now {now}): restore that "
+                f"file, {redo}"
+            )
+
+
+def engine() -> dict[str, Any]:
+    """The commit of the code measuring (this benchmark's checkout), and whether its src/ or the
+    benchmark's files differed from it: a measurement runs on one engine."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "../src", *(p.name for p in benchmark_files())],
+            cwd=here, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "uncommitted_changes": None}
+    return {"commit": commit, "uncommitted_changes": bool(changed)}
+
+
+def _machine(lane: Lane) -> dict[str, Any]:
+    import torch
+
+    return convergence.machine(
+        argparse.Namespace(threads=torch.get_num_threads(), device=lane.device)
+    )
