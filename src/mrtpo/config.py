@@ -23,6 +23,9 @@ def parse_beta(text: str) -> float | str:
     return BETA_AUTO if str(text).strip() == BETA_AUTO else float(text)
 
 
+parse_beta.__name__ = "float or 'auto'"  # the type the CLI reference shows for --mrtpo_beta
+
+
 @dataclass
 class MRTPOConfig(GRPOConfig):
     """`GRPOConfig` plus MRTPO's settings. Every field is a `TrlParser` flag.
@@ -68,7 +71,7 @@ class MRTPOConfig(GRPOConfig):
             "help": "MRTPO weighting strength beta in [0, 1]; 0 gives GDPO on every token. "
             "'auto': beta starts at 0 and moves by mrtpo_beta_step after each probe, up (to at "
             "most mrtpo_beta_max) while the re-allocation's policy gradient agrees with an "
-            "independent estimate of GDPO's (95% lower bound of the recent probes' cosine "
+            "independent estimate of GDPO's (one-sided 95-percent lower bound of the recent probes' cosine "
             "above 0), down otherwise (docs/METHOD.md, 'beta from the step's own evidence')."
         },
     )
