@@ -5,6 +5,7 @@ apart, the settings it must work with, two processes, and the fixed-beta path un
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -372,3 +373,42 @@ def test_the_mixin_declares_what_it_needs_from_the_trainer(tmp_path):
     )
     missing = {"current_gradient_accumulation_steps"}  # set by `Trainer.train`'s loop
     assert sorted(name for name in declared - missing if not hasattr(trainer, name)) == []
+
+
+def test_a_resumed_run_goes_on_from_the_saved_beta(tmp_path, monkeypatch):
+    """The automatic beta and its window are saved beside each checkpoint: a run resumed at step
+    4 trains step 5 at the beta the uninterrupted run trained it at (not 0)."""
+    monkeypatch.setattr(mrtpo.relevance, "replay_distances", planted_replay)
+    whole = train(
+        tmp_path / "whole",
+        [FirstChar()],
+        num_prompts=16,
+        max_steps=5,
+        save_strategy="steps",
+        save_steps=2,
+        **PLANTED,
+    )
+    whole_logs = step_logs(whole)
+    checkpoint = tmp_path / "whole" / "run" / "checkpoint-4"
+    saved = json.loads((checkpoint / mrtpo.trainer_beta_auto.STATE_FILE).read_text())
+    assert saved["beta"] == whole_logs[3][PREFIX + "next_beta"] > 0
+    probes = [log[PREFIX + "probe_agreement"] for log in whole_logs[:4]]
+    assert probes[0] is None  # the first probe has no reference yet: no agreement, no move
+    assert saved["agreements"] == pytest.approx(probes[1:])
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    args = MRTPOConfig(
+        output_dir=str(tmp_path / "whole" / "run"),
+        **{**CPU_RUN, "max_steps": 5, "save_strategy": "steps", "save_steps": 2, **PLANTED},
+    )
+    resumed = MRTPOTrainer(
+        model=model,
+        reward_funcs=[FirstChar()],
+        args=args,
+        train_dataset=toy_dataset(16),
+        processing_class=tokenizer,
+    )
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    fifth = [
+        log for log in resumed.state.log_history if log.get("step") == 5 and "mrtpo/beta" in log
+    ]
+    assert fifth[-1]["mrtpo/beta"] == whole_logs[4]["mrtpo/beta"] == saved["beta"]

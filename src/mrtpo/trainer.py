@@ -38,12 +38,14 @@ advantages equal the rows a single process would compute for the whole batch.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from mrtpo import advantages, shared_prompt
@@ -683,6 +685,22 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMix
             importance_sampling_ratio=importance_sampling_ratio,
             **gamma,
         )
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Transformers' checkpoint, and under `mrtpo_beta: auto` the automatic beta's state
+        beside it (`mrtpo.trainer_beta_auto.STATE_FILE`), written by the main process."""
+        super()._save_checkpoint(model, trial)
+        if self.args.beta_is_auto and self.args.should_save:
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            self._save_auto_beta(os.path.join(self._get_output_dir(trial=trial), folder))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        """Transformers' resumption, and under `mrtpo_beta: auto` the automatic beta's state."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if self.args.beta_is_auto:
+            self._load_auto_beta(resume_from_checkpoint)
 
 
 # ---------------------------------------------------------------------- helpers

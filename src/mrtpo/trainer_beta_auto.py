@@ -29,6 +29,8 @@ same numbers, so every process has the same beta.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import time
 from collections import defaultdict, deque
@@ -45,6 +47,12 @@ if TYPE_CHECKING:
     from mrtpo.config import MRTPOConfig
 
 METRIC_PREFIX = "mrtpo/beta_auto/"
+# Beside each checkpoint's trainer_state.json: the automatic beta and its window of agreements,
+# so that a resumed run goes on from them (the reference gradient is not kept: a resumed run's
+# first probe compares its micro-batches with each other only).
+STATE_FILE = "mrtpo_beta_auto.json"
+
+logger = logging.getLogger("mrtpo.trainer")
 
 
 class AutoBetaMixin:
@@ -93,6 +101,30 @@ class AutoBetaMixin:
         self._auto_sums = torch.zeros(3, dtype=torch.float64, device=self.accelerator.device)
         self._auto_probe_batch = None
         self._auto_probe_seconds = 0.0
+
+    def _save_auto_beta(self, checkpoint: str) -> None:
+        """Write the automatic beta's state into `checkpoint` (a checkpoint folder)."""
+        state = {"beta": self._auto_beta_value, "agreements": list(self._auto_agreements)}
+        with open(f"{checkpoint}/{STATE_FILE}", "w") as handle:
+            json.dump(state, handle)
+
+    def _load_auto_beta(self, checkpoint: str) -> None:
+        """Go on from the automatic beta's state saved in `checkpoint`; a checkpoint without one
+        (saved with a numeric beta, or before this file existed) restarts beta at 0, said once."""
+        try:
+            with open(f"{checkpoint}/{STATE_FILE}") as handle:
+                state = json.load(handle)
+        except FileNotFoundError:
+            logger.warning(
+                "mrtpo_beta='auto': %s has no %s (saved with a numeric mrtpo_beta?): the "
+                "automatic beta restarts at 0",
+                checkpoint,
+                STATE_FILE,
+            )
+            return
+        self._auto_beta_value = float(state["beta"])
+        self._auto_agreements.clear()
+        self._auto_agreements.extend(float(value) for value in state["agreements"])
 
     def _auto_beta_at(self, step: int) -> float:
         """Beta at optimizer `step` under `auto`: the probes' beta, capped by the warm-up's ramp
