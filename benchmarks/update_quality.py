@@ -123,6 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="TRL's bf16 mixed precision (autocast; float32 weights): decide it before a state's "
         "first measurement, after checking on another state that its cosines are unchanged",
     )
+    add(
+        "--folds",
+        type=int,
+        default=4,
+        help="disjoint folds of mini-batches (b %% folds) the references are kept in, so that "
+        "the intervals count the shared reference (the fold jackknife); at most one per "
+        "mini-batch (default 4)",
+    )
     add("--power", action="store_true", help="size the main sample from the pilot, then stop")
     add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
     add("--report", action="store_true", help="regenerate the report from the results files")
@@ -160,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(state_dir(args.results, args.state) / POWER_FILE, power)
         print(json.dumps(power, indent=1))
         return 0
+    if args.folds < 1:
+        parser.error(f"--folds must be at least 1, got {args.folds}")
     if not 0 <= args.lane < args.lanes:
         parser.error(f"--lane must be in [0, --lanes), got {args.lane} of {args.lanes}")
     record_plan(args.results)
@@ -176,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.rows_per_forward,
         args.recompute,
         args.bf16,
+        folds=args.folds,
     )
     run_lane(lane)
     return 0

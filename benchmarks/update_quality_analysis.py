@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from paired_stats import holm, paired_power, paired_t
+from paired_stats import fold_jackknife, holm, paired_power, paired_t
 from update_quality_states import (
     ALPHA,
     EFFECT_SHARE,
@@ -230,3 +230,64 @@ def precision_comparison(
         ]
         contrasts[f"{a} - {b}"] = {"mean_difference": means, "change": means[1] - means[0]}
     return {"batches": common, "estimators": estimators, "contrasts": contrasts}
+
+
+# ----------------------------------------------------------------------------- folds
+
+
+def restricted(record: Mapping[str, Any], folds: Sequence[int]) -> dict[str, Any]:
+    """A measured mini-batch with its references restricted to some folds: every dot product
+    with a reference (each direction's, the Gram matrix) summed over `folds` only. Needs a
+    record measured with folds (`ref_fold_dots`); the rest of the record is unchanged."""
+    if "ref_fold_gram" not in record:
+        raise ValueError(f"mini-batch {record.get('batch')} was measured without folds")
+    kept = sorted(set(folds))
+    gram = np.asarray(record["ref_fold_gram"], dtype=float)[:, :, kept][:, :, :, kept]
+    directions = {}
+    for name, entry in record["directions"].items():
+        fold_dots = np.asarray(entry["ref_fold_dots"], dtype=float)[:, kept]
+        directions[name] = {**entry, "ref_dots": fold_dots.sum(axis=1).tolist()}
+    return {**record, "ref_gram": gram.sum(axis=(2, 3)).tolist(), "directions": directions}
+
+
+def cosine_differences(records: Sequence[Mapping[str, Any]], first: str, second: str) -> np.ndarray:
+    """Per mini-batch, the cosine of `first` minus that of `second` (summed reward)."""
+    return np.array(
+        [
+            # (the sample size, 2 here, scales only the gain, not the cosine)
+            batch_measures(r, first, 2)["cosine"] - batch_measures(r, second, 2)["cosine"]
+            for r in records
+        ]
+    )
+
+
+def fold_test(
+    records: Sequence[Mapping[str, Any]], first: str, second: str, level: float = 0.95
+) -> dict[str, float] | None:
+    """The mean cosine difference `first` - `second` over the mini-batches with its fold
+    jackknife interval (`paired_stats.fold_jackknife`): fold f left out of the mean and out of
+    every remaining mini-batch's reference. None where the records hold no folds or fewer than
+    2 folds are measured."""
+    if not records or any("ref_fold_gram" not in r for r in records):
+        return None
+    folds = records[0]["folds"]
+    present = sorted({r["fold"] for r in records})
+    if folds < 2 or len(present) < 2:
+        return None
+    estimate = float(cosine_differences(records, first, second).mean())
+    deleted = []
+    for fold in present:
+        others = [f for f in range(folds) if f != fold]
+        kept = [restricted(r, others) for r in records if r["fold"] != fold]
+        deleted.append(float(cosine_differences(kept, first, second).mean()))
+    return fold_jackknife(estimate, deleted, level)
+
+
+def fold_tests(
+    records: Sequence[Mapping[str, Any]], contrasts: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """`fold_test` per contrast, in `contrast_tests`' form."""
+    return [
+        {"contrast": (first, second), "test": fold_test(records, first, second)}
+        for first, second in contrasts
+    ]

@@ -242,23 +242,31 @@ def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the passes
 
 
+def fold_key(name: str, fold: int) -> str:
+    """The key of a reference's sum over one fold's mini-batches ("ref/<reward>#<fold>")."""
+    return f"{name}#{fold}"
+
+
 def reference_pass(
     trainer: Any,
     record: Mapping[str, Any],
     layout: Mapping[str, Any] | None = None,
     sums: dict[str, Any] | None = None,
+    fold: int = 0,
 ) -> dict[str, Any]:
-    """The batch's own part of each per-reward reference, added into `sums` (in place, each
-    gradient as it arrives: no second copy of a 0.5B model's references) and returned:
-    {"ref/<reward>": vector}. layout: `batch_gradients`' rows_per_forward and recompute."""
+    """The batch's own part of each per-reward reference, added into `sums` under its fold
+    (in place, each gradient as it arrives: no second copy of a 0.5B model's references) and
+    returned: {"ref/<reward>#<fold>": vector}. layout: `batch_gradients`' rows_per_forward and
+    recompute; fold: the mini-batch's fold (`fold_of`)."""
     inputs, scored = batch_inputs(trainer, record)
     sums = {} if sums is None else sums
 
     def add(name: str, vector: Any) -> None:
-        if name in sums:
-            sums[name].add_(vector)
+        key = fold_key(name, fold)
+        if key in sums:
+            sums[key].add_(vector)
         else:
-            sums[name] = vector
+            sums[key] = vector
 
     batch_gradients(
         trainer,
@@ -270,6 +278,12 @@ def reference_pass(
     return sums
 
 
+def fold_of(batch: int, folds: int) -> int:
+    """Mini-batch `batch`'s fold: folds are the residues of the index (disjoint, sizes within
+    one of each other, whatever the number measured so far)."""
+    return batch % folds
+
+
 def measure_batch(
     trainer: Any,
     record: Mapping[str, Any],
@@ -277,15 +291,22 @@ def measure_batch(
     totals: Mapping[str, Any],
     store_dtype: str = "float32",
     layout: Mapping[str, Any] | None = None,
+    folds: int = 1,
 ) -> dict[str, Any]:
-    """Every direction of one mini-batch against its leave-batch-out references.
+    """Every direction of one mini-batch against its leave-batch-out references, split by fold.
 
-    totals: {"ref/<reward>": the sum of every mini-batch's part} (`reference_pass`).
+    totals: {"ref/<reward>#<fold>": the sum of the fold's mini-batches' parts}
+    (`reference_pass`); folds: their number. The mini-batch's reference restricted to fold f is
+    that sum, less the mini-batch's own part in its own fold; the whole reference is the sum
+    over the folds. Each dot product with a reference is kept per fold, so that the analysis
+    can leave a fold out of the references and the mini-batches alike (the fold jackknife,
+    `update_quality_analysis.fold_tests`) or judge on some folds what was chosen on others.
     store_dtype: the references and gdpo's gradient are held in it while the other gradients
     stream past ("bfloat16" halves them: the 0.5B model's references; every dot product is
-    still taken in float64 against the float32 gradient).
-    Returns the dot products the report needs: the references' Gram matrix, and per measured
-    direction its dots with each reference, its squared norm and its dot with gdpo's.
+    still taken in float64 against the float32 gradient). Memory: K x folds references.
+    Returns the dot products the report needs: the references' Gram matrix (whole, and per
+    pair of folds), and per measured direction its dots with each reference (whole, and per
+    fold), its squared norm and its dot with gdpo's.
     """
     inputs, scored = batch_inputs(trainer, record)
     names = [f"ref/{name}" for name in record["reward_names"]]
@@ -297,16 +318,23 @@ def measure_batch(
     import torch
 
     dtype = getattr(torch, store_dtype)
-    references: dict[str, Any] = {}
+    own_fold = fold_of(batch, folds)
+    references: dict[tuple[str, int], Any] = {}
     kept: dict[str, Any] = {}
     directions: dict[str, dict[str, Any]] = {}
 
     def take(name: str, vector: Any) -> None:
-        if name in names:  # the other mini-batches' part: the total minus this one's
-            references[name] = difference(totals[name], vector, dtype)
+        if name in names:  # the other mini-batches' part, per fold: less this one's in its own
+            for fold in range(folds):
+                total = totals[fold_key(name, fold)]
+                references[name, fold] = (
+                    difference(total, vector, dtype) if fold == own_fold else total.to(dtype)
+                )
             return
+        fold_dots = [[dot(vector, references[r, f]) for f in range(folds)] for r in names]
         entry = {
-            "ref_dots": [dot(vector, references[r]) for r in names],
+            "ref_dots": [sum(row) for row in fold_dots],
+            "ref_fold_dots": fold_dots,
             "norm2": dot(vector, vector),
         }
         if "gdpo" in kept:
@@ -318,13 +346,28 @@ def measure_batch(
 
     started = time.perf_counter()
     batch_gradients(trainer, inputs, coefficients, take, **(layout or {}))
-    gram = [[dot(references[a], references[b]) for b in names] for a in names]
+    keys = [(r, f) for r in names for f in range(folds)]
+    products: dict[tuple[int, int], float] = {}
+    for i, a in enumerate(keys):  # symmetric: each pair once
+        for j in range(i, len(keys)):
+            products[i, j] = products[j, i] = dot(references[a], references[keys[j]])
+    fold_gram = [
+        [
+            [[products[a * folds + f, b * folds + g] for g in range(folds)] for f in range(folds)]
+            for b in range(len(names))
+        ]
+        for a in range(len(names))
+    ]
+    gram = [[float(np.sum(pair)) for pair in row] for row in fold_gram]
     return {
         "batch": batch,
+        "folds": folds,
+        "fold": own_fold,
         "reward_names": record["reward_names"],
         "rewards_mean": np.nanmean(np.array(record["rewards"], dtype=float), axis=0).tolist(),
         "varying_pairs_share": _varying_share(scored.rewards),
         "ref_gram": gram,
+        "ref_fold_gram": fold_gram,
         "directions": directions,
         "seconds": {"advantages": advantage_seconds, "gradients": time.perf_counter() - started},
     }
@@ -362,6 +405,8 @@ class Lane:
     model_path: str | None = None  # tests: a saved tiny model instead of the state's policy
     task_data: str | None = None
     waited: float = field(default=0.0)
+    # the folds the references are split into (at most one per mini-batch: `fold_count`)
+    folds: int = 4
 
     @property
     def folder(self) -> Path:
@@ -374,6 +419,11 @@ class Lane:
     @property
     def precision(self) -> dict[str, Any]:
         return {"store_dtype": self.store_dtype, "bf16_autocast": self.bf16}
+
+    @property
+    def fold_count(self) -> int:
+        """The folds: `folds`, or one per mini-batch where the sample has fewer."""
+        return min(self.folds, self.batches)
 
     def mine(self) -> list[int]:
         return [b for b in range(self.batches) if b % self.lanes == self.lane]
@@ -482,7 +532,9 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         if batch in partial["batches"]:
             continue
         started = time.process_time()
-        reference_pass(trainer, read_json(sample_path(lane, batch)), lane.layout, partial["sums"])
+        record = read_json(sample_path(lane, batch))
+        fold = fold_of(batch, lane.fold_count)
+        reference_pass(trainer, record, lane.layout, partial["sums"], fold)
         partial["batches"].append(batch)
         partial["samples"][batch] = file_digest(sample_path(lane, batch))
         torch.save(partial, path.with_name(path.name + ".tmp"))
@@ -502,6 +554,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
             totals,
             lane.store_dtype,
             lane.layout,
+            lane.fold_count,
         )
         write_json(measure_path(lane, batch), measured)
         spend("measure", started)
@@ -553,12 +606,14 @@ def wait_for_totals(lane: Lane, poll_seconds: float, settings: Mapping[str, Any]
 # threads and the machine are not among them: they change only the rounding, and a lane may
 # resume on another machine. The sample files are checked by their digests, per mini-batch.
 FLAGS = {"bf16": "--bf16", "store_dtype": "--store_dtype", "lanes": "--lanes",
-         "rows_per_forward": "--rows_per_forward", "recompute": "--recompute"}  # fmt: skip
+         "rows_per_forward": "--rows_per_forward", "recompute": "--recompute",
+         "folds": "--folds"}  # fmt: skip
 
 
 def reference_settings(lane: Lane, commit: str | None, cold_start: str | None) -> dict[str, Any]:
     policy = cold_start or lane.model_path or STATES[lane.state_name].model
     flags = {name: getattr(lane, name) for name in FLAGS}
+    flags["folds"] = lane.fold_count  # the folds the sums are kept in
     return {"commit": commit, "code_sha256": code_digest(), "policy": policy, **flags}
 
 
