@@ -15,6 +15,7 @@ from update_quality_analysis import contrast_tests, load_measures, per_estimator
 from update_quality_states import (
     EFFECT_SHARE,
     ESTIMATORS,
+    GROUP_SIZE,
     PLAN_FILE,
     POWER_FILE,
     PRIMARY_CONTRASTS,
@@ -266,6 +267,7 @@ def write_report(results: Path = RESULTS) -> Path:
         lines += ["![cosines](cosines.png)", ""]
     if measures:
         lines += exploratory_section(results, measures)
+        lines += placebo_section(results, measures)
     lines += ["## Cost", "", cost_table(results), ""]
     path = results / "README.md"
     path.write_text("\n".join(lines))
@@ -402,3 +404,107 @@ def exploratory_section(results: Path, measures: Mapping[str, Any]) -> list[str]
     ]
     lines += ["Further contrasts on the main sample (uncorrected):", ""]
     return [*lines, contrast_table(tests, corrected=False), ""]
+
+
+# ----------------------------------------------------------------------------- issue 48
+
+# Not in the first plan: what the placebo of the first plan's states replayed (issue #48), from
+# the committed samples and measures alone, so the results page can say it.
+
+
+def replayed_pairs(record: Mapping[str, Any]) -> tuple[list[list[str]], list[list[bool]]]:
+    """A sampled mini-batch's own information (N rows of K texts; a reward without verdicts
+    has "", as `ScoredBatch.row_verdicts` gives it) and which (row, reward) pairs the replay
+    runs: the reward's group-normalized advantage is not 0 (the trainer's rule)."""
+    import torch
+
+    from mrtpo import advantages
+    from mrtpo.trainer import EPS
+
+    rows = len(record["rewards"])
+    own = [
+        [column[i][1] if column is not None else "" for column in record["verdicts"]]
+        for i in range(rows)
+    ]
+    rewards = torch.tensor(record["rewards"], dtype=torch.float32)
+    normalized = torch.nan_to_num(advantages.per_reward(rewards, GROUP_SIZE, eps=EPS))
+    return own, (normalized != 0).tolist()
+
+
+def placebo_share_rows(results: Path, state: str, sample: str) -> list[list[str]] | None:
+    """Over a sample's mini-batches, the share of replayed (row, reward) pairs whose placebo
+    text equals the own text or is empty, overall and per reward. Each mini-batch's placebo is
+    the one the trainer draws (`placebo_infos` with the run's seed and the mini-batch's index
+    as the step, as the measure pass set them)."""
+    from mrtpo.relevance.controls import placebo_infos, placebo_shares
+
+    records = load_samples(results, state, sample)
+    if not records:
+        return None
+    own_rows, placebo_rows, replayed_rows = [], [], []
+    for batch, record in records.items():
+        if "verdicts" not in record:  # a sample stored without its verdicts: no information
+            continue
+        own, replayed = replayed_pairs(record)
+        own_rows += own
+        placebo_rows += placebo_infos(own, GROUP_SIZE, STATES[state].seed, batch)
+        replayed_rows += replayed
+    if not own_rows:
+        return None
+    overall, per_reward = placebo_shares(own_rows, placebo_rows, replayed_rows)
+    names = ["all rewards", *next(iter(records.values()))["reward_names"]]
+    return [
+        [state, sample, name, str(shares.pairs), *(_share(shares, f) for f in SHARE_FIELDS)]
+        for name, shares in zip(names, [overall, *per_reward], strict=True)
+    ]
+
+
+SHARE_FIELDS = ("equal", "empty", "equal_or_empty")
+
+
+def _share(shares: Any, field: str) -> str:
+    value = getattr(shares, field)
+    return "–" if math.isnan(value) else f"{value:.1%}"
+
+
+def reference_correlations(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per pair of rewards, the cosine between their references (the leave-batch-out policy
+    gradients of each reward alone), mean and range over the mini-batches."""
+    names = records[0]["reward_names"]
+    cells = []
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            values = []
+            for record in records:
+                gram = record["ref_gram"]
+                values.append(gram[a][b] / math.sqrt(gram[a][a] * gram[b][b]))
+            cells.append(
+                f"{names[a]} / {names[b]}: {np.mean(values):+.2f} "
+                f"({min(values):+.2f} to {max(values):+.2f})"
+            )
+    return cells
+
+
+def placebo_section(results: Path, measures: Mapping[str, Any]) -> list[str]:
+    lines = ["## What the placebo replayed (issue #48; not in the plan)", ""]
+    lines += [
+        "Replayed (row, reward) pairs (the reward's normalized advantage is not 0) whose "
+        "placebo text equals the row's own or is empty, with the pairing the trainer draws "
+        "(run seed, the mini-batch's index as the step):",
+        "",
+        "| state | sample | reward | replayed pairs | equal | empty | equal or empty |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for state in STATES:
+        for sample in SAMPLES:
+            for row in placebo_share_rows(results, state, sample) or []:
+                lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Cosine between the rewards' references (per mini-batch: mean, range):", ""]
+    lines += ["| state | sample | mini-batches | reward pairs |", "|---|---|---|---|"]
+    for state, samples in measures.items():
+        for sample in SAMPLES:
+            records = samples.get(sample)
+            if records and len(records[0]["reward_names"]) > 1:
+                pairs = "; ".join(reference_correlations(records))
+                lines.append(f"| {state} | {sample} | {len(records)} | {pairs} |")
+    return [*lines, ""]

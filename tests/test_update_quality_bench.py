@@ -394,6 +394,28 @@ def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
     )
 
 
+def test_placebo_shares_on_the_fixture_count_the_replayed_pairs(tmp_path):
+    """The fixture's qwen_sql main samples: reward a's information is one rule for every
+    prompt, b's the prompt's own text, so the trainer's placebo equals the own text on every
+    replayed pair of a and on none of b; replayed: the reward differs from its group's mean."""
+    fixture = Path(__file__).parent / "data" / "update-quality-report"
+    rows = uq.placebo_share_rows(fixture, "qwen_sql", "main")
+    by_reward = {row[2]: row[3:] for row in rows}
+    assert by_reward["a"][1:] == ["100.0%", "0.0%", "100.0%"]
+    assert by_reward["b"][1:] == ["0.0%", "0.0%", "0.0%"]
+    for k, name in enumerate(("a", "b")):
+        replayed = 0
+        for record in uq.load_samples(fixture, "qwen_sql", "main").values():
+            grouped = np.array(record["rewards"], dtype=float)[:, k].reshape(-1, 4)
+            replayed += int((np.abs(grouped - grouped.mean(1, keepdims=True)) > 1e-9).sum())
+        assert int(by_reward[name][0]) == replayed > 0
+    assert int(by_reward["all rewards"][0]) == int(by_reward["a"][0]) + int(by_reward["b"][0])
+    assert uq.placebo_share_rows(fixture, "smollm2_tool_calling", "main") is None  # no verdicts
+    # the references' cosine, from the Gram matrix
+    record = {"reward_names": ["a", "b"], "ref_gram": [[4.0, 1.0], [1.0, 1.0]]}
+    assert uq.reference_correlations([record]) == ["a / b: +0.50 (+0.50 to +0.50)"]
+
+
 def test_an_interim_sample_scales_the_gain_by_the_planned_size(tmp_path):
     """Each reference averages over the other mini-batches of the whole planned sample, so a
     mini-batch's gain must not change as more of the sample is measured (it did: the report
