@@ -59,15 +59,17 @@ from update_quality_analysis import *  # noqa: E402, F403
 from update_quality_analysis import load_measures, power_calculation, precision_comparison  # noqa: E402
 from update_quality_passes import *  # noqa: E402, F403
 from update_quality_passes import Lane, run_lane  # noqa: E402
+from update_quality_plan2 import PLAN_2_FILE, plan_2  # noqa: E402
 from update_quality_report import *  # noqa: E402, F403
 from update_quality_report import write_report  # noqa: E402
 from update_quality_states import *  # noqa: E402, F403
 from update_quality_states import (  # noqa: E402
+    ALL_STATES,
     PILOT_BATCHES,
+    PLAN_2_STATES,
     POWER_FILE,
     RESULTS,
     SAMPLES,
-    STATES,
     read_json,
     record_plan,
     sample_dir,
@@ -94,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add = parser.add_argument
     add("--results", type=Path, default=RESULTS)
-    add("--state", choices=list(STATES))
+    add("--state", choices=list(ALL_STATES))
     add("--sample", choices=SAMPLES, default="main")
     add("--lane", type=int, default=0)
     add("--lanes", type=int, default=1)
@@ -173,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.lane < args.lanes:
         parser.error(f"--lane must be in [0, --lanes), got {args.lane} of {args.lanes}")
     record_plan(args.results)
+    if args.state in PLAN_2_STATES:  # the second plan, stored before its first measurement
+        record_plan(args.results, plan_2(), PLAN_2_FILE)
     batches = PILOT_BATCHES if args.sample == "pilot" else main_batches(args.results, args.state)
     lane = Lane(
         args.results,

@@ -16,11 +16,12 @@ from typing import Any
 import convergence  # a sibling script: the cold start, the machine
 import numpy as np
 from update_quality_states import (
+    ALL_STATES,
     CHECKPOINTS,
     GROUP_SIZE,
+    PLAN_2_STATES,
     RESPONSE_LEVEL,
     RUN_FILE,
-    STATES,
     TOKEN_VARIANTS,
     State,
     batch_inputs,
@@ -50,7 +51,11 @@ def leave_one_out(rewards: Any, group_size: int = GROUP_SIZE) -> Any:
 
 
 def estimator_advantages(
-    trainer: Any, inputs: Mapping[str, Any], scored: Any, batch: int
+    trainer: Any,
+    inputs: Mapping[str, Any],
+    scored: Any,
+    batch: int,
+    variants: Mapping[str, Mapping[str, Any]] = TOKEN_VARIANTS,
 ) -> dict[str, Any]:
     """Each directly measured estimator's advantages on the batch, made by the trainer's code:
     grpo and gdpo (Tensor[N]) by the registry as `_generate_and_score_completions` calls it;
@@ -77,7 +82,7 @@ def estimator_advantages(
         key: inputs[key]
         for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
     }
-    for name, switches in TOKEN_VARIANTS.items():
+    for name, switches in variants.items():
         with configured(trainer, mrtpo_beta=1.0, mrtpo_warmup_steps=0, **switches):
             token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
         out[name] = token.advantages
@@ -292,6 +297,7 @@ def measure_batch(
     store_dtype: str = "float32",
     layout: Mapping[str, Any] | None = None,
     folds: int = 1,
+    variants: Mapping[str, Mapping[str, Any]] = TOKEN_VARIANTS,
 ) -> dict[str, Any]:
     """Every direction of one mini-batch against its leave-batch-out references, split by fold.
 
@@ -312,7 +318,7 @@ def measure_batch(
     names = [f"ref/{name}" for name in record["reward_names"]]
     coefficients = reference_coefficients(scored, record["reward_names"])
     started = time.perf_counter()
-    estimated = estimator_advantages(trainer, inputs, scored, batch)
+    estimated = estimator_advantages(trainer, inputs, scored, batch, variants)
     advantage_seconds = time.perf_counter() - started
     coefficients.update(estimated)
     import torch
@@ -455,7 +461,7 @@ def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
     from mrtpo import tasks
     from mrtpo.models import load_model
 
-    state = STATES[lane.state_name]
+    state = ALL_STATES[lane.state_name]
     task = tasks.get(state.task)
     data = lane.task_data or state.data
     dataset = task.load("train", path=data)
@@ -475,6 +481,16 @@ def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
 
 def sample_path(lane: Lane, batch: int) -> Path:
     return lane.folder / "samples" / f"batch{batch:03d}.json"
+
+
+def variants_of(state: str) -> Mapping[str, Mapping[str, Any]]:
+    """The token-level variants measured on a state: its plan's (the second plan's add the
+    generic context and contrastive relevance)."""
+    if state in PLAN_2_STATES:
+        from update_quality_plan2 import TOKEN_VARIANTS_2
+
+        return TOKEN_VARIANTS_2
+    return TOKEN_VARIANTS
 
 
 def measure_path(lane: Lane, batch: int) -> Path:
@@ -555,6 +571,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
             lane.store_dtype,
             lane.layout,
             lane.fold_count,
+            variants_of(lane.state_name),
         )
         write_json(measure_path(lane, batch), measured)
         spend("measure", started)
@@ -611,7 +628,7 @@ FLAGS = {"bf16": "--bf16", "store_dtype": "--store_dtype", "lanes": "--lanes",
 
 
 def reference_settings(lane: Lane, commit: str | None, cold_start: str | None) -> dict[str, Any]:
-    policy = cold_start or lane.model_path or STATES[lane.state_name].model
+    policy = cold_start or lane.model_path or ALL_STATES[lane.state_name].model
     flags = {name: getattr(lane, name) for name in FLAGS}
     flags["folds"] = lane.fold_count  # the folds the sums are kept in
     return {"commit": commit, "code_sha256": code_digest(), "policy": policy, **flags}

@@ -54,6 +54,21 @@ STATES: dict[str, State] = {
     ),
 }
 
+# The second plan's state (issue #48, `update_quality_plan2.py`): kept apart from STATES, which
+# the first plan stores. Qwen2.5-Coder-0.5B-Instruct as installed on the bundled multi-constraint
+# instruction-following task (one reward per constraint slot; a placebo row gets another
+# prompt's constraints). The new-token cap is 256 unless the pilot says otherwise
+# (`update_quality_plan2.CAP_RULE`); the rate is the SQL state's (Qwen2.5-Coder's recipes').
+PLAN_2_STATES: dict[str, State] = {
+    "qwen_instructions": State(
+        task="instructions",
+        model="qwen2.5-coder-0.5b-instruct",
+        max_completion_length=256,
+        learning_rate=1e-6,
+    ),
+}
+ALL_STATES: dict[str, State] = {**STATES, **PLAN_2_STATES}
+
 # Measured directly (one gradient each per mini-batch). "ref/<reward>" are the references.
 # The token-level variants at beta = 1: the trainer's settings that make each.
 TOKEN_VARIANTS: dict[str, dict[str, Any]] = {
@@ -165,10 +180,13 @@ def plan(states: Mapping[str, State] = STATES) -> dict[str, Any]:
     }
 
 
-def record_plan(results: Path, wanted: Mapping[str, Any] | None = None) -> None:
-    """Write `plan.json` before the first measurement; refuse a run whose plan differs."""
+def record_plan(
+    results: Path, wanted: Mapping[str, Any] | None = None, file: str = PLAN_FILE
+) -> None:
+    """Write the plan (`plan.json`, or `file`) before the first measurement; refuse a run whose
+    plan differs."""
     wanted = json.loads(json.dumps(wanted if wanted is not None else plan()))
-    path = Path(results) / PLAN_FILE
+    path = Path(results) / file
     stored = read_json(path)
     if stored is None:
         write_json(path, wanted)

@@ -394,6 +394,24 @@ def test_report_regenerates_byte_for_byte_and_reads_the_plan(tmp_path):
     )
 
 
+def test_the_second_plan_is_stored_apart_and_a_change_is_refused(tmp_path):
+    import update_quality_plan2 as plan2
+
+    committed = Path(__file__).resolve().parents[1] / uq.RESULTS
+    assert json.loads((committed / plan2.PLAN_2_FILE).read_text()) == json.loads(
+        json.dumps(plan2.plan_2())
+    )
+    assert json.loads((committed / uq.PLAN_FILE).read_text()) == json.loads(json.dumps(uq.plan()))
+    plan2.store(tmp_path)
+    changed = {**plan2.plan_2(), "folds": 8}
+    with pytest.raises(SystemExit, match="plan-2.json holds another plan .*folds"):
+        uq.record_plan(tmp_path, changed, plan2.PLAN_2_FILE)
+    assert "qwen_instructions" not in uq.STATES  # the first plan's states are as stored
+    assert passes.variants_of("qwen_instructions") == plan2.TOKEN_VARIANTS_2
+    for switches in plan2.TOKEN_VARIANTS_2.values():  # the trainer takes every switch
+        MRTPOConfig(output_dir=str(tmp_path), **CPU_RUN, **switches)
+
+
 def test_placebo_shares_on_the_fixture_count_the_replayed_pairs(tmp_path):
     """The fixture's qwen_sql main samples: reward a's information is one rule for every
     prompt, b's the prompt's own text, so the trainer's placebo equals the own text on every
