@@ -102,8 +102,9 @@ comes from. A run with another second plan is refused.
   prompts; the number of mini-batches for power {POWER} to detect {EFFECT_SHARE:.0%} of gdpo's
   mean pilot cosine in mrtpo(0.5) - gdpo at alpha {ALPHA}/3 (Holm's first step), with the
   pilot's fold-jackknife standard error scaled to n mini-batches; capped by the budget, about
-  {BUDGET_CPU_HOURS:g} CPU-hours for the state (pilot included), and the power then reached stated. No
-  mini-batch is dropped or replaced.
+  {BUDGET_CPU_HOURS:g} CPU-hours for the state's main sample (the pilot's cost apart; Qwen SQL's
+  mini-batch cost 0.6 CPU-hours with 3 rewards and 6 directions), and the power then reached
+  stated. No mini-batch is dropped or replaced.
 - **Secondary** (uncorrected, fold-jackknife intervals): the generic context (mrtpo(0.5) -
   generic(0.5), generic(0.5) - gdpo), the entropy control, beta = 1 (mrtpo(1) - gdpo,
   contrastive(1) - mrtpo(1)), placebo(0.5) - gdpo, the per-reward cosines, the cosines between

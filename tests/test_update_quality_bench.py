@@ -528,6 +528,7 @@ def _toy_state(patch) -> None:
     from mrtpo import tasks
 
     patch.setitem(uq.STATES, "toy", STATE)
+    patch.setitem(uq.ALL_STATES, "toy", STATE)  # the lanes look states up in every plan's
     toy = SimpleNamespace(
         verifiers=TASK.verifiers, load=lambda split, path=None: toy_dataset(num_prompts=16)
     )
