@@ -406,3 +406,20 @@ def test_chinese_script_rules_read_the_script_with_zhconv_and_warn_without(monke
     assert len(warnings) == 1 and "mrtpo[chinese]" in warnings[0]
     muldimif_checkers.parse_constraint.cache_clear()
     muldimif_checkers._warn_inexact_chinese.cache_clear()
+
+
+def test_a_row_of_seven_constraints_is_scored_on_all_seven(tmp_path):
+    """MulDimIF has rows of 7 constraints, one more than the bundled data's 6 reward slots: the
+    headline and the rewards count the seventh (a response failing only it is not followed)."""
+    from mrtpo.tasks.instructions import MAX_BUNDLED_CONSTRAINTS
+
+    seven = [PERIOD] * 6 + [WORDS_20]
+    path = write(tmp_path, [row(1, seven), row(2, [PERIOD])])
+    dataset = TASK.load(path=str(path))
+    assert len(TASK.verifiers_for(dataset)) == 7 > MAX_BUNDLED_CONSTRAINTS
+    assert len(TASK.verifiers_for(TASK.load("train"))) == MAX_BUNDLED_CONSTRAINTS
+    long_sentence = " ".join(["word"] * 30) + "."  # a period, but more than 20 words
+    result = score_responses(TASK, dataset.to_list(), [long_sentence, "Done."])
+    assert result["headline"]["prompt-level strict accuracy"] == 0.5  # row 1 misses the 7th
+    assert result["headline"]["instruction-level strict accuracy"] == pytest.approx(7 / 8)
+    assert result["verifiers"]["constraint_6"] == 0.0

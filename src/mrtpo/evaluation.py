@@ -137,7 +137,7 @@ def score_responses(
         else list(completions)
     )
 
-    task_verifiers = task.verifiers()
+    task_verifiers = task.verifiers_for(rows)
     benchmark_verifiers = benchmark.verifiers() if benchmark is not None else []
     verifiers = [*task_verifiers, *benchmark_verifiers]
     verdicts_by_verifier = _verify_in_chunks(verifiers, prompts, messages, columns, on_scored)

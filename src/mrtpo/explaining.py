@@ -223,7 +223,7 @@ def run_explain(
     credit_map, group = explain_response(
         model,
         tokenizer,
-        task_object.verifiers(),
+        task_object.verifiers_for([row]),
         row,
         response_ids,
         title=f"{task}, example {example}" if title is None else title,
@@ -275,13 +275,13 @@ def run_analyze(
     from mrtpo.models import load_model
 
     task_object = tasks.get(task)
-    verifiers = task_object.verifiers()
-    names = [verifier.name for verifier in verifiers]
     dataset = task_object.load(split, path=data) if data else task_object.load(split)
     count = min(n, len(dataset))
     if count < n:
         print(f"the {split} split has {len(dataset)} rows: analyzing all {count}", file=sys.stderr)
     rows = [dict(dataset[i]) for i in range(count)]
+    verifiers = task_object.verifiers_for(rows)
+    names = [verifier.name for verifier in verifiers]
     prompts = [row["prompt"] for row in rows]
     model, tokenizer = load_model(model_name_or_path)
 

@@ -200,11 +200,11 @@ def run_training(
     task_object = tasks.get(task)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    verifiers = task_object.verifiers()
-    check_reward_weights(verifiers, config.reward_weights)
     if model_name_or_path not in EMBEDDED_MODELS:  # converted by load_model below
         resolve_model_path(model_name_or_path)
     dataset = load_train_dataset(task_object, split, data, max_train_examples)
+    verifiers = task_object.verifiers_for(dataset)  # every reward of the longest row
+    check_reward_weights(verifiers, config.reward_weights)
     checkpoint = resume_path(config)
 
     model, tokenizer = load_model(model_name_or_path, dtype=DTYPES[dtype])

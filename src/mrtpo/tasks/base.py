@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,11 @@ class Task:
     def verifiers(self, **kwargs: Any) -> list[Verifier]:
         """The task's verifiers, in a fixed order (one reward each)."""
         raise NotImplementedError
+
+    def verifiers_for(self, rows: Iterable[Mapping[str, Any]]) -> list[Verifier]:
+        """The verifiers that score every reward of `rows` (dataset rows). Default: `verifiers()`;
+        a task whose rows carry a varying number of rewards sizes its set to the longest row."""
+        return self.verifiers()
 
     def reference_completion(self, example: Mapping[str, Any]) -> str | None:
         """A correct response for supervised cold start, or None if the data has none."""

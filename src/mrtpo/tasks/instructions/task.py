@@ -5,7 +5,7 @@ The package docstring (`mrtpo.tasks.instructions`) describes the data and the co
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,14 @@ class InstructionsTask(Task):
         ):
             raise ValueError(f"max_constraints must be an int >= 1, got {max_constraints!r}")
         return [ConstraintSlot(k) for k in range(max_constraints)]
+
+    def verifiers_for(self, rows: Iterable[Mapping[str, Any]]) -> list[ConstraintSlot]:
+        """One slot per constraint of the longest row of `rows`, at least
+        `MAX_BUNDLED_CONSTRAINTS` (so the bundled data's rewards keep their names and number):
+        a row with more constraints than slots would have its last ones neither rewarded nor
+        counted (MulDimIF has rows of 7)."""
+        longest = max((len(row["instruction_id_list"]) for row in rows), default=0)
+        return self.verifiers(max(MAX_BUNDLED_CONSTRAINTS, longest))
 
     def reference_completion(self, example: Mapping[str, Any]) -> str | None:
         """None: instruction-following data has no reference responses (no cold start)."""
