@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from beta_auto_toys import PLANTED_TEMPERATURE, FirstChar, planted_replay
-from trainer_toys import CPU_RUN, toy_dataset, toy_verifiers
+from trainer_toys import CPU_RUN, launch_two_processes, toy_dataset, toy_verifiers
 
 import mrtpo.relevance
 import mrtpo.trainer_beta_auto
@@ -322,23 +319,7 @@ def test_fixed_beta_never_enters_the_auto_code(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_processes_have_the_same_beta(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        str(Path(sys.executable).with_name("accelerate")),
-        "launch",
-        "--multi_gpu",  # with the config's use_cpu=True: two CPU processes on gloo
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        str(TESTS / "beta_auto_toys.py"),
-        str(tmp_path),
-    ]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = launch_two_processes("beta_auto_toys.py", str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     keys = ["mrtpo/beta", *(PREFIX + name for name in ("agreement", "next_beta", "probes"))]

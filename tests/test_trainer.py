@@ -7,16 +7,20 @@ import ast
 import inspect
 import json
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from trainer_toys import CPU_RUN, ContainsLetter, EvenLength, toy_dataset, toy_verifiers
+from trainer_toys import (
+    CPU_RUN,
+    ContainsLetter,
+    EvenLength,
+    launch_two_processes,
+    toy_dataset,
+    toy_verifiers,
+)
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
@@ -958,35 +962,10 @@ def _fit(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
 
 
-def _launch_two_processes(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
-    """`tests/<script>` with `args` on two CPU processes talking over gloo."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        str(Path(sys.executable).with_name("accelerate")),
-        "launch",
-        # accelerate's `--cpu` launcher starts one process unless MPI is set up; `--multi_gpu`
-        # runs torchrun, and the config's `use_cpu=True` makes that two CPU processes on gloo.
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        str(TESTS / script),
-        *args,
-    ]
-    return subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def _two_processes(out: Path, weighting: str, share_prompt: bool) -> None:
     """`tests/trainer_toys.py` on two gloo processes, its files in `out` (rank{r}.pt)."""
     flag = "true" if share_prompt else "false"
-    result = _launch_two_processes("trainer_toys.py", str(out), weighting, flag, timeout=300)
+    result = launch_two_processes("trainer_toys.py", str(out), weighting, flag, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -1161,7 +1140,7 @@ def test_unsupported_prompt_is_refused_before_generation(tmp_path):
 
 def test_two_processes_refuse_a_prompt_that_only_one_holds(tmp_path):
     # A process left waiting in a collective would hang until gloo's 30-minute timeout.
-    result = _launch_two_processes("prompt_check_toys.py", str(tmp_path), timeout=240)
+    result = launch_two_processes("prompt_check_toys.py", str(tmp_path), timeout=240)
     assert result.returncode != 0
     messages = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
     assert messages[0] == messages[1]  # the same error on both, whichever held the row

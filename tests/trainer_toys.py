@@ -11,6 +11,8 @@ distances) and the batch's completions and per-token advantages (`OUT_DIR/rank{r
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +21,34 @@ from typing import Any
 from datasets import Dataset
 
 from mrtpo.verifiers import Verdict, Verifier
+
+
+def launch_two_processes(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """`tests/<script>` with `args` on two CPU processes talking over gloo (from the repository
+    root, one torch thread each)."""
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        str(Path(sys.executable).with_name("accelerate")),
+        "launch",
+        # accelerate's `--cpu` launcher starts one process unless MPI is set up; `--multi_gpu`
+        # runs torchrun, and the config's `use_cpu=True` makes that two CPU processes on gloo.
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(tests / script),
+        *args,
+    ]
+    return subprocess.run(
+        command, cwd=tests.parent, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
 
 WORDS = ["apple", "river", "stone", "cloud", "table", "green", "music", "light"]
 # MRTPOConfig settings of a quiet CPU run that saves nothing.

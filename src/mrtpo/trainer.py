@@ -38,8 +38,10 @@ advantages equal the rows a single process would compute for the whole batch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -421,15 +423,7 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMix
         options = self._replay_options()
 
         started = time.perf_counter()
-        with (
-            torch.no_grad(),
-            full_parameters(
-                self.model_wrapped,
-                self.accelerator,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
-            self.accelerator.autocast(),  # TRL's loss forward runs under it: same distributions
-        ):
+        with self._whole_model_no_grad() as model:
             if not rows:  # the gather above is entered all the same
                 return ReplayResult(
                     rows=[],
@@ -512,15 +506,7 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMix
         width = output["completion_ids"].shape[1]
         wanted = wanted.to(device, torch.bool)
         started = time.perf_counter()
-        with (
-            torch.no_grad(),
-            full_parameters(
-                self.model_wrapped,
-                self.accelerator,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
-            self.accelerator.autocast(),
-        ):
+        with self._whole_model_no_grad() as model:
             if not rows:  # the gather above is entered all the same
                 empty = torch.zeros(0, len(self.reward_funcs), width, device=device)
                 return ReplayResult([], empty, empty[:, 0], 0.0, wanted)
@@ -545,6 +531,24 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMix
         trained = scored.trained_mask(width)[rows].to(device)
         distance = (entropies.float().to(device) * trained).unsqueeze(1) * wanted.unsqueeze(-1)
         return ReplayResult(list(rows), distance, trained, time.perf_counter() - started, wanted)
+
+    @contextlib.contextmanager
+    def _whole_model_no_grad(self) -> Iterator[torch.nn.Module]:
+        """The model as the replay and the entropy control run it: no gradients, its whole
+        parameters gathered once on every process (`mrtpo.sharding.full_parameters`: ZeRO-3 and
+        FSDP2 gathered, gradient checkpointing off, PEFT adapters active), under TRL's autocast
+        (its loss forward runs under it: the same distributions). Every process enters it the
+        same number of times in a step, with or without rows."""
+        with (
+            torch.no_grad(),
+            full_parameters(
+                self.model_wrapped,
+                self.accelerator,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            self.accelerator.autocast(),
+        ):
+            yield model
 
     def _replay_infos(self, scored: ScoredBatch, information: str) -> list[list[str]]:
         """[B][K] the verifier information each local row is replayed with.
