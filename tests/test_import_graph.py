@@ -54,6 +54,7 @@ TRAINER = (
     "mrtpo.trainer_credit",
     "mrtpo.trainer_shared_prompt",
     "mrtpo.trainer_beta_auto",
+    "mrtpo.trainer_loss_options",
 )
 # Rule (b): the pure-math modules, which may import each other and nothing else of the package.
 MATH = ("mrtpo.advantages", "mrtpo.reward_weighting", "mrtpo.reward_batch")

@@ -14,7 +14,7 @@ This subclass changes three things:
    for the entropy control `token_relevance="entropy"`, the policy's own next-token
    entropy with no replay; with TRL's temperature, logit transforms and autocast), credit only
    on the tokens TRL trains (`completion_mask * tool_mask`). TRL's `_compute_loss` accepts (B, T) advantages as is; its
-   sequence-level sign-based options get each response's advantage (see the class).
+   sequence-level sign-based options get each response's advantage (`mrtpo.trainer_loss_options`).
    On a batch whose rewards cancel in GDPO's sum S (std_batch S near 0), MRTPO's re-allocated
    part is bounded by the per-reward scale (`bounded_token_advantages`, docs/METHOD.md).
    Under `reward_weighting="saw"` the reward weights c_k of all three estimators are SAW's,
@@ -39,7 +39,6 @@ advantages equal the rows a single process would compute for the whole batch.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,7 +46,6 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from mrtpo import advantages, shared_prompt
@@ -58,6 +56,7 @@ from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
 from mrtpo.trainer_beta_auto import AutoBetaMixin
 from mrtpo.trainer_credit import CreditMapsMixin
+from mrtpo.trainer_loss_options import SequenceLevelLossMixin
 from mrtpo.trainer_metrics import MetricsMixin
 from mrtpo.trainer_metrics import _top_share_sums as _top_share_sums  # tests import it from here
 from mrtpo.trainer_shared_prompt import SharedPromptMixin
@@ -92,7 +91,14 @@ class _VerdictKeeper:
         return [verdict.score for verdict in self.verdicts]
 
 
-class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMixin, GRPOTrainer):
+class MRTPOTrainer(
+    SharedPromptMixin,
+    MetricsMixin,
+    CreditMapsMixin,
+    AutoBetaMixin,
+    SequenceLevelLossMixin,
+    GRPOTrainer,
+):
     """TRL's `GRPOTrainer` with GRPO, GDPO or MRTPO advantages (see the module docstring).
 
     Construct it exactly like `GRPOTrainer`, with `args=MRTPOConfig(...)` and the task's
@@ -638,74 +644,6 @@ class MRTPOTrainer(SharedPromptMixin, MetricsMixin, CreditMapsMixin, AutoBetaMix
         last = self._served_steps()[1]
         return advantages.beta_at(last, self.args.mrtpo_beta, self.args.mrtpo_warmup_steps) == 0
 
-    # ------------------------------------------------------------------ sign-based loss options
-
-    # TRL's off-policy sequence mask (`off_policy_mask_threshold`) and VESPO's gamma weights
-    # (`loss_type="vespo"`) are sequence-level: they keep or weight a whole response by the sign
-    # of its advantage and return (B, 1). With MRTPO's (B, T) advantages they get the response's
-    # own advantage, the token mean over the trained tokens, which is GDPO's (the weights average
-    # 1 there), so a response is kept or weighted as under GDPO. SAPO's soft gate
-    # (`loss_type="sapo"`) is token-level and picks its temperature by the sign of the advantage
-    # it multiplies: with MRTPO that is each token's own A_t, the direction of that token's
-    # update, so it is left as TRL computes it (as PPO's clipping is).
-
-    @staticmethod
-    def get_off_policy_mask(
-        advantages: torch.Tensor,
-        per_token_logps: torch.Tensor,
-        sampling_per_token_logps: torch.Tensor,
-        mask: torch.Tensor,
-        off_policy_threshold: float,
-    ) -> torch.Tensor:
-        """TRL's off-policy sequence mask, (B, 1), by each response's advantage.
-
-        advantages: (B, 1) or (B, T); the others (B, T) as TRL passes them.
-        """
-        return GRPOTrainer.get_off_policy_mask(
-            advantages=_response_advantages(advantages, mask),
-            per_token_logps=per_token_logps,
-            sampling_per_token_logps=sampling_per_token_logps,
-            mask=mask,
-            off_policy_threshold=off_policy_threshold,
-        )
-
-    @staticmethod
-    def get_gamma_weights(
-        advantages: torch.Tensor,
-        log_ratio_per_token: torch.Tensor,
-        mask: torch.Tensor,
-        importance_sampling_ratio: torch.Tensor | None,
-        **gamma: float,
-    ) -> torch.Tensor:
-        """VESPO's sequence weights, (B, 1), by each response's advantage.
-
-        advantages: (B, 1) or (B, T); log_ratio_per_token, mask, importance_sampling_ratio:
-        (B, T) as TRL passes them; gamma: TRL's k/lambda keywords.
-        """
-        return GRPOTrainer.get_gamma_weights(
-            advantages=_response_advantages(advantages, mask),
-            log_ratio_per_token=log_ratio_per_token,
-            mask=mask,
-            importance_sampling_ratio=importance_sampling_ratio,
-            **gamma,
-        )
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """Transformers' checkpoint, and under `mrtpo_beta: auto` the automatic beta's state
-        beside it (`mrtpo.trainer_beta_auto.STATE_FILE`), written by the main process."""
-        super()._save_checkpoint(model, trial)
-        if self.args.beta_is_auto and self.args.should_save:
-            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            self._save_auto_beta(os.path.join(self._get_output_dir(trial=trial), folder))
-
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        """Transformers' resumption, and under `mrtpo_beta: auto` the automatic beta's state."""
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        if self.args.beta_is_auto:
-            self._load_auto_beta(resume_from_checkpoint)
-
 
 # ---------------------------------------------------------------------- helpers
 
@@ -716,18 +654,6 @@ def _loss_mask(output: dict[str, Any]) -> torch.Tensor:
     mask = output["completion_mask"]
     tool_mask = output.get("tool_mask")
     return mask if tool_mask is None else mask * tool_mask
-
-
-def _response_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Each response's advantage, (B, 1), from (B, 1) or per-token (B, T) advantages.
-
-    Per-token: the mean over the trained tokens (mask: (B, T)), GDPO's advantage for MRTPO's up
-    to rounding; a response with no trained token gets 0.
-    """
-    if advantages.shape[-1] == 1:
-        return advantages
-    mask = mask.to(advantages.dtype)
-    return (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
 
 
 def _fit_width(x: torch.Tensor, width: int) -> torch.Tensor:

@@ -32,11 +32,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from mrtpo import advantages
 
@@ -73,6 +75,7 @@ class AutoBetaMixin:
     current_gradient_accumulation_steps: int
     _position_in_step: tuple[int, int]
     _get_per_token_logps_and_entropies: Any
+    _get_output_dir: Any  # where transformers saves this run's checkpoints
 
     # The automatic beta's own state, set on the instance by `_init_auto_beta` (under `auto`).
     _auto_beta_value: float = 0.0
@@ -101,6 +104,20 @@ class AutoBetaMixin:
         self._auto_sums = torch.zeros(3, dtype=torch.float64, device=self.accelerator.device)
         self._auto_probe_batch = None
         self._auto_probe_seconds = 0.0
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Transformers' checkpoint, and under `mrtpo_beta: auto` the automatic beta's state
+        beside it (`STATE_FILE`), written by the main process."""
+        super()._save_checkpoint(model, trial)
+        if self.args.beta_is_auto and self.args.should_save:
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            self._save_auto_beta(os.path.join(self._get_output_dir(trial=trial), folder))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        """Transformers' resumption, and under `mrtpo_beta: auto` the automatic beta's state."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if self.args.beta_is_auto:
+            self._load_auto_beta(resume_from_checkpoint)
 
     def _save_auto_beta(self, checkpoint: str) -> None:
         """Write the automatic beta's state into `checkpoint` (a checkpoint folder)."""
