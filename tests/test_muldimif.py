@@ -387,6 +387,7 @@ def test_chinese_script_rules_read_the_script_with_zhconv_and_warn_without(monke
     Simplified rule as the official checker has it; without, any ideograph counts and the reader
     says so once."""
     from mrtpo.tasks.instructions import muldimif_checkers
+    from mrtpo.tasks.instructions.muldimif_checkers import language
 
     pytest.importorskip("zhconv")
     simplified = parse_constraint("Language", "Chinese", "The answer must be in Simplified Chinese")
@@ -394,8 +395,8 @@ def test_chinese_script_rules_read_the_script_with_zhconv_and_warn_without(monke
     assert not simplified.check("這是繁體").passed  # only Traditional characters
     # Rules are cached by their words: read afresh here, and leave no inexact rule behind.
     muldimif_checkers.parse_constraint.cache_clear()
-    muldimif_checkers._warn_inexact_chinese.cache_clear()
-    monkeypatch.setattr(muldimif_checkers, "_converter", lambda: None)
+    language._warn_inexact_chinese.cache_clear()
+    monkeypatch.setattr(language, "_converter", lambda: None)
     with caplog.at_level("WARNING", logger=muldimif_checkers.__name__):
         inexact = parse_constraint(
             "Language", "Chinese", "The answer must be in Simplified Chinese"
@@ -405,7 +406,7 @@ def test_chinese_script_rules_read_the_script_with_zhconv_and_warn_without(monke
     warnings = [r.getMessage() for r in caplog.records if "zhconv" in r.getMessage()]
     assert len(warnings) == 1 and "mrtpo[chinese]" in warnings[0]
     muldimif_checkers.parse_constraint.cache_clear()
-    muldimif_checkers._warn_inexact_chinese.cache_clear()
+    language._warn_inexact_chinese.cache_clear()
 
 
 def test_a_row_of_seven_constraints_is_scored_on_all_seven(tmp_path):
