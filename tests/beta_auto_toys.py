@@ -27,6 +27,21 @@ from mrtpo.verifiers import Verdict, Verifier
 # Sampling temperature at which the tiny model's first token varies among a few candidates.
 PLANTED_TEMPERATURE = 0.15
 
+# The planted task: 16 rows per micro-batch (4 prompts x 4), 2 micro-batches a step, 4 tokens,
+# a probe every step and beta moving by 0.25.
+PLANTED = dict(
+    per_device_train_batch_size=16,
+    num_generations=4,
+    gradient_accumulation_steps=2,
+    max_completion_length=4,
+    learning_rate=1e-3,
+    temperature=PLANTED_TEMPERATURE,
+    mrtpo_beta="auto",
+    mrtpo_warmup_steps=0,
+    mrtpo_beta_probe_every=1,
+    mrtpo_beta_step=0.25,
+)
+
 
 class FirstChar(Verifier):
     """1 if the completion's first character has an even code point."""
@@ -59,21 +74,7 @@ def main(out_dir: str) -> None:
 
     mrtpo.relevance.replay_distances = planted_replay  # the trainer imports it when it replays
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
-    args = MRTPOConfig(
-        output_dir=str(Path(out_dir) / "run"),
-        per_device_train_batch_size=16,
-        num_generations=4,
-        gradient_accumulation_steps=2,
-        max_completion_length=4,
-        max_steps=6,
-        learning_rate=1e-3,
-        temperature=PLANTED_TEMPERATURE,
-        mrtpo_beta="auto",
-        mrtpo_warmup_steps=0,
-        mrtpo_beta_probe_every=1,
-        mrtpo_beta_step=0.25,
-        **CPU_RUN,
-    )
+    args = MRTPOConfig(output_dir=str(Path(out_dir) / "run"), max_steps=6, **PLANTED, **CPU_RUN)
     trainer = MRTPOTrainer(
         model=model,
         reward_funcs=[FirstChar()],

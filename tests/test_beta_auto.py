@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from beta_auto_toys import PLANTED_TEMPERATURE, FirstChar, planted_replay
+from beta_auto_toys import PLANTED, FirstChar, planted_replay
 from trainer_toys import CPU_RUN, launch_two_processes, toy_dataset, toy_verifiers
 
 import mrtpo.relevance
@@ -26,21 +26,6 @@ ROOT = TESTS.parent
 PREFIX = mrtpo.trainer_beta_auto.METRIC_PREFIX
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-# The planted task: 16 rows per micro-batch (4 prompts x 4), 2 micro-batches a step, 4 tokens,
-# a probe every step and beta moving by 0.25.
-PLANTED = dict(
-    per_device_train_batch_size=16,
-    num_generations=4,
-    gradient_accumulation_steps=2,
-    max_completion_length=4,
-    learning_rate=1e-3,
-    temperature=PLANTED_TEMPERATURE,
-    mrtpo_beta="auto",
-    mrtpo_warmup_steps=0,
-    mrtpo_beta_probe_every=1,
-    mrtpo_beta_step=0.25,
-)
 
 
 def train(tmp_path, reward_funcs=None, trainer_class=MRTPOTrainer, num_prompts=8, **settings):
