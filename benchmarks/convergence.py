@@ -427,6 +427,47 @@ def build_cold_start(args: argparse.Namespace) -> Path:
     return run_sft(trainer, TASK)
 
 
+# A kept policy holds what loading and sampling need, not the optimizer's state (~5 GB on Qwen).
+KEPT_POLICY_FILES = ("*.safetensors", "*.json", "*.jinja", "*.txt", "*.model")
+
+
+def kept_policy_dir(checkpoints: Path, step: int) -> Path:
+    """Where a run keeps its policy after `step` optimizer steps (beside the rotated step
+    checkpoints, which it outlives: checkpoint rotation only removes `checkpoint-*`)."""
+    return Path(checkpoints) / f"policy-step{step}"
+
+
+def keep_policy(checkpoints: Path, step: int) -> Path | None:
+    """Copy the policy of `checkpoints/checkpoint-{step}` (weights, config, tokenizer) to
+    `kept_policy_dir`, once; None while that checkpoint does not exist."""
+    source, target = Path(checkpoints) / f"checkpoint-{step}", kept_policy_dir(checkpoints, step)
+    if (target / "config.json").is_file():
+        return target
+    if not source.is_dir():
+        return None
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for pattern in KEPT_POLICY_FILES:
+        for path in sorted(source.glob(pattern)):
+            shutil.copy2(path, partial / path.name)
+    partial.rename(target)  # whole or absent: a copy cut short is never taken for a policy
+    return target
+
+
+def keep_policy_callback(checkpoints: Path, steps: Sequence[int]) -> Any:
+    """A `TrainerCallback` that keeps the policy of each of `steps` as its checkpoint is saved
+    (the run's `save_steps` must divide each)."""
+    from transformers import TrainerCallback
+
+    class KeepPolicy(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.is_world_process_zero and state.global_step in steps:
+                keep_policy(checkpoints, state.global_step)
+
+    return KeepPolicy()
+
+
 def train_run(
     args: argparse.Namespace,
     method: str,
@@ -434,13 +475,15 @@ def train_run(
     start: str | None = None,
     evaluate: Callable[[argparse.Namespace, Path, int], dict[str, Any]] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    keep_steps: Sequence[int] = (),
 ) -> Path:
     """Train one run to its last step (resuming from its last checkpoint), then evaluate it.
 
     start: the policy to train from, on the task's bundled train split (default: the cold
     start, on the study's rows); evaluate(args, model folder, seed): the final evaluation
     (default `evaluate_policy`); provenance: more that each start of training records in
-    run.json (e.g. the commit of the code)."""
+    run.json (e.g. the commit of the code); keep_steps: steps whose policy is kept (in
+    `kept_policy_dir`) for a later measurement, each a multiple of `--save_steps`."""
     from transformers.trainer_utils import get_last_checkpoint
 
     from mrtpo.models import resolve_model_path
@@ -448,6 +491,13 @@ def train_run(
 
     folder = run_dir(args, method, seed)
     checkpoints = folder / CHECKPOINTS
+    for step in keep_steps:
+        if step % args.save_steps or not 0 < step <= args.steps:
+            raise ValueError(
+                f"keep_steps: {step} is not a saved step (a multiple of --save_steps "
+                f"{args.save_steps} up to --steps {args.steps})"
+            )
+        keep_policy(checkpoints, step)  # a run killed between the save and the copy
     if is_finished(folder, args.eval_samples > 0):
         return folder
     record = _read_json(folder / RUN_FILE)
@@ -497,6 +547,7 @@ def train_run(
                 str(cold_start_dir(args)) if start is None else start,
                 config,
                 data=str(task_root(args) / "data" / "train.jsonl") if start is None else None,
+                callbacks=[keep_policy_callback(checkpoints, keep_steps)] if keep_steps else (),
             )
         finally:
             record["train_seconds"] += time.perf_counter() - started

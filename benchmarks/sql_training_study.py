@@ -91,6 +91,9 @@ NOT_REACHED = STEPS + 1
 COLLAPSE_LENGTH = 5.0  # tokens: a mean completion shorter than this is a collapse
 EARLY, LATE = range(1, 6), range(6, 11)  # the pilot's two halves (steps, 1-based)
 CHECK_AFTER_SEEDS = 3
+# The item 2: the step measured again at this run's policy after this many steps
+# (kept by the run as it passes that step: `convergence.kept_policy_dir`).
+KEPT_RUN, KEPT_STEP = (BASELINE, 0), 10
 # Per block of 5 steps (convergence_powered.diagnostics_table; its STEPS is this study's 20).
 DIAGNOSTICS = (
     ("completions/clipped_ratio", "capped share"),
@@ -520,6 +523,7 @@ def worker(results: Path, stage: str, method: str, seed: int, rate: float, threa
             start=MODEL,
             evaluate=evaluate_sql if stage == "study" else None,
             provenance=update_quality.engine(),
+            keep_steps=[KEPT_STEP] if stage == "study" and (method, seed) == KEPT_RUN else [],
         )
 
 

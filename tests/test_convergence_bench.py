@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import transformers
+from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import convergence  # noqa: E402
@@ -165,18 +167,33 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
         save(self, *arguments, **keywords)
         raise Killed
 
+    with pytest.raises(ValueError, match="keep_steps: 3 is not a saved step"):
+        convergence.train_run(args, "gdpo", 0, keep_steps=[3])
     monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save_then_die)
-    with pytest.raises(Killed):
-        convergence.train_run(args, "gdpo", 0)
+    with pytest.raises(Killed):  # killed after step 1's checkpoint, before its callbacks
+        convergence.train_run(args, "gdpo", 0, keep_steps=[1, 2])
     monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save)
     assert (folder / "checkpoints" / "checkpoint-1").is_dir()
+    assert not convergence.kept_policy_dir(folder / "checkpoints", 1).exists()
+    step_1 = (folder / "checkpoints" / "checkpoint-1" / "model.safetensors").read_bytes()
     first = convergence.read_metrics(folder / "checkpoints" / "metrics.jsonl")
     assert [record["step"] for record in first] == [1]
     assert convergence.pending_runs(args) == [("gdpo", 0)]
 
-    convergence.train_run(args, "gdpo", 0)
+    convergence.train_run(args, "gdpo", 0, keep_steps=[1, 2])
     run = json.loads((folder / "run.json").read_text())
     assert run["resumed_from"] == ["checkpoint-1"] and run["trained"]
+    # Both steps' policies kept: step 1's copied on resuming (its save outlived its callback),
+    # step 2's as it was saved; each outlives the rotation of the step checkpoints.
+    assert not (folder / "checkpoints" / "checkpoint-1").exists()
+    kept = [convergence.kept_policy_dir(folder / "checkpoints", step) for step in (1, 2)]
+    assert (kept[0] / "model.safetensors").read_bytes() == step_1
+    weights = [load_file(policy / "model.safetensors") for policy in kept]
+    final = load_file(folder / "checkpoints" / "model.safetensors")  # the trained model
+    assert all(torch.equal(weights[1][name], final[name]) for name in final)
+    for policy in kept:
+        assert (policy / "config.json").is_file() and (policy / "tokenizer_config.json").is_file()
+        assert not (policy / "optimizer.pt").exists()
     # Where and when each start of training ran: the first, then the resumption.
     assert [session["checkpoint"] for session in run["sessions"]] == [None, "checkpoint-1"]
     for session in run["sessions"] + [run["eval_session"]]:

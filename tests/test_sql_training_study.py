@@ -381,3 +381,23 @@ def test_run_json_is_on_disk_before_training_starts(tmp_path, tiny_model_dir, mo
     assert len(seen) == 1 and not seen[0]["trained"]
     assert [session["checkpoint"] for session in seen[0]["sessions"]] == [None]
     assert seen[0]["settings"]["learning_rate"] == 1e-5 and seen[0]["settings"]["task"] == "sql"
+
+
+def test_the_study_keeps_step_10_of_gdpo_seed_0_for_the_step_measurement(tmp_path, monkeypatch):
+    """Item 2 measures the step at gdpo seed 0's policy after 10 steps: only that run keeps it,
+    at a step its checkpoints pass (the copy itself: test_convergence_bench's resume test)."""
+    kept = {}
+
+    def record(args, method, seed, **keywords):
+        kept[(args.results.name, method, seed)] = list(keywords["keep_steps"])
+
+    monkeypatch.setattr(convergence, "train_run", record)
+    for stage, method, seed in (("study", "gdpo", 0), ("study", "mrtpo", 0), ("study", "gdpo", 1), ("pilot", "gdpo", 100)):  # fmt: skip
+        study.worker(tmp_path, stage, method, seed, 3e-6, 1)
+    assert kept == {
+        ("study", "gdpo", 0): [10],
+        ("study", "mrtpo", 0): [],
+        ("study", "gdpo", 1): [],
+        ("lr3e-06", "gdpo", 100): [],
+    }
+    assert study.KEPT_STEP % study.SAVE_STEPS == 0 and study.KEPT_STEP <= study.STEPS

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,10 +186,12 @@ def run_training(
     split: str = "train",
     max_train_examples: int | None = None,
     dtype: str = "float32",
+    callbacks: Sequence[Any] = (),
 ) -> Path:
     """All of `mrtpo train` (keywords named as its arguments; `config` an `MRTPOConfig`): train
     on the task's split, resuming if the config says so, and save the model and tokenizer into
-    `config.output_dir`, which it returns."""
+    `config.output_dir`, which it returns. `callbacks`: more `TrainerCallback`s for the trainer
+    (a benchmark keeping a step's policy, for example)."""
     from transformers.trainer_callback import ProgressCallback
 
     from mrtpo import tasks
@@ -218,6 +220,8 @@ def run_training(
     if not config.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(progress_callback())
+    for callback in callbacks:
+        trainer.add_callback(callback)
 
     started = time.perf_counter()
     with console_warnings():
