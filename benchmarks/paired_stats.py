@@ -1,7 +1,7 @@
 """The paired statistics of the benchmarks, in one place: Student's paired t interval and test,
 Holm's step-down correction, the power of a paired t-test, and the fold jackknife that counts a
 reference shared by every pair (`benchmarks/update_quality*.py`, `convergence.py`,
-`convergence_powered.py`, `sql_training_study.py` all import them from here).
+`convergence_powered.py`, `sql_training_study_plan.py`, `sql_training_study_report.py` all import them from here).
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import convergence  # noqa: E402
 import convergence_powered  # noqa: E402
 import sql_training_study as study  # noqa: E402
+import sql_training_study_plan as plan  # noqa: E402
+import sql_training_study_report as report  # noqa: E402
 import update_quality  # noqa: E402
 
 EXPECTED_README = Path(__file__).with_name("sql_training_study_expected_README.md")
@@ -30,9 +32,9 @@ EXPECTED_README = Path(__file__).with_name("sql_training_study_expected_README.m
 
 
 def test_the_arms_reach_the_trainer_as_the_recipe_says(tmp_path):
-    recipe = yaml.safe_load((ROOT / study.RECIPE).read_text())
+    recipe = yaml.safe_load((ROOT / plan.RECIPE).read_text())
     args = study.stage_args("study", tmp_path, 3e-6, 2)
-    configs = {arm: convergence.method_config(args, arm, 4, tmp_path / arm) for arm in study.ARMS}
+    configs = {arm: convergence.method_config(args, arm, 4, tmp_path / arm) for arm in plan.ARMS}
     for arm, config in configs.items():
         for key in (
             "num_generations",
@@ -56,15 +58,15 @@ def test_the_arms_reach_the_trainer_as_the_recipe_says(tmp_path):
     pilot = study.stage_args("pilot", tmp_path, 1e-5, 2)
     assert pilot.steps == 10 and pilot.eval_samples == 0 and pilot.seeds == [100]
     assert convergence.pending_runs(pilot) == [("gdpo", 100)]
-    assert study.PILOT_SEED not in study.SEEDS
+    assert plan.PILOT_SEED not in plan.SEEDS
     # The diagnostics' blocks of 5 steps are the powered study's table over its 20 steps.
-    assert convergence_powered.STEPS == study.STEPS
+    assert convergence_powered.STEPS == plan.STEPS
     with pytest.raises(ValueError, match="stage must be"):
         study.stage_argv("grid", tmp_path, 1e-6, 1)
 
 
 def test_the_prediction_and_the_sizing_by_hand():
-    expected = study.prediction()
+    expected = plan.prediction()
     # The smoothstep warm-up by hand: beta at step s is 3u^2 - 2u^3, u = (s - 1) / 5, then 1.
     betas = [min(1.0, 3 * u**2 - 2 * u**3) for u in (min((s - 1) / 5, 1.0) for s in range(1, 21))]
     assert expected["betas"] == pytest.approx(betas)
@@ -83,7 +85,7 @@ def test_the_prediction_and_the_sizing_by_hand():
     assert expected["gain_at_beta_1"] == pytest.approx(0.580 / 0.374 - 1)
     assert expected["share_central"] == pytest.approx(0.5 * weighted) == pytest.approx(0.217, abs=5e-4)  # fmt: skip
     # The sizing from the powered SmolLM2 study's committed files; the plan's text quotes it.
-    sizing = study.sizing()
+    sizing = plan.sizing()
     assert sizing["assumed_sd_share"] == pytest.approx(0.2206, abs=1e-4)
     power = sizing["power"]
     assert power["central, 5 seeds, alpha 0.05"] == pytest.approx(0.39, abs=0.005)
@@ -92,20 +94,20 @@ def test_the_prediction_and_the_sizing_by_hand():
     assert power["upper, 5 seeds, alpha 0.025"] == pytest.approx(0.77, abs=0.005)
     assert power["central, 3 seeds, alpha 0.05"] == pytest.approx(0.18, abs=0.005)
     for quoted in ("r = +0.22", "0.434", "0.39 at alpha 0.05", "0.90 (0.77)", "0.22 of gdpo's"):
-        assert quoted in study.PLAN
+        assert quoted in plan.PLAN
 
 
 def test_the_plan_is_stored_and_a_changed_plan_refused(tmp_path, monkeypatch):
-    stored = study.store_plan(tmp_path)
+    stored = plan.store_plan(tmp_path)
     text = (tmp_path / "plan.json").read_text()
-    assert stored["text"] == study.PLAN and study.store_plan(tmp_path) == stored
-    monkeypatch.setattr(study, "TRANSFER_CENTRAL", 0.6)
+    assert stored["text"] == plan.PLAN and plan.store_plan(tmp_path) == stored
+    monkeypatch.setattr(plan, "TRANSFER_CENTRAL", 0.6)
     with pytest.raises(SystemExit, match=r"another plan \(prediction, sizing changed\)"):
-        study.store_plan(tmp_path)
+        plan.store_plan(tmp_path)
     monkeypatch.undo()
-    monkeypatch.setattr(study, "PLAN", study.PLAN.replace("strictly above", "above"))
+    monkeypatch.setattr(plan, "PLAN", plan.PLAN.replace("strictly above", "above"))
     with pytest.raises(SystemExit, match=r"another plan \(text changed\)"):
-        study.store_plan(tmp_path)
+        plan.store_plan(tmp_path)
     assert (tmp_path / "plan.json").read_text() == text  # never overwritten
 
 
@@ -133,36 +135,36 @@ FLAT = [1.3] * 10
 
 
 def test_the_learning_rate_rule_on_synthetic_pilots():
-    low, middle, high = study.LEARNING_RATES
-    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING), high: pilot_records(RISING)})  # fmt: skip
+    low, middle, high = plan.LEARNING_RATES
+    rule = plan.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING), high: pilot_records(RISING)})  # fmt: skip
     assert rule["complete"] and rule["chosen"] == high
     assert rule["rates"][high]["early"] == pytest.approx(1.2)
     assert rule["rates"][high]["late"] == pytest.approx(1.7)
     # The largest collapses (a NaN gradient norm at step 7): the next rising rate.
     nan = pilot_records(RISING, grad_norms={7: float("nan")})
-    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING), high: nan})
+    rule = plan.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING), high: nan})
     assert rule["chosen"] == middle and rule["rates"][high]["collapse"] == "step 7: grad_norm nan"
     assert rule["rates"][high]["rises"]  # it rose, and still is not chosen
     # Completions shrinking to 3 tokens are a collapse too; the middle rate does not rise.
     short = pilot_records(RISING, lengths={9: 3.0})
-    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(FLAT), high: short})
+    rule = plan.pilot_rule({low: pilot_records(RISING), middle: pilot_records(FLAT), high: short})
     assert rule["chosen"] == low and rule["rates"][high]["collapse"] == "step 9: mean completion 3 tokens"  # fmt: skip
     assert not rule["rates"][middle]["rises"]  # equal halves are not a rise
     # None rises: the smallest rate.
     falling = pilot_records(RISING[::-1])
-    rule = study.pilot_rule({low: falling, middle: pilot_records(FLAT), high: falling})
+    rule = plan.pilot_rule({low: falling, middle: pilot_records(FLAT), high: falling})
     assert rule["chosen"] == low and not any(part["rises"] for part in rule["rates"].values())
     # Incomplete (a rate with 9 steps): nothing is chosen, and the study refuses to start.
-    rule = study.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING[:9]), high: pilot_records(RISING)})  # fmt: skip
+    rule = plan.pilot_rule({low: pilot_records(RISING), middle: pilot_records(RISING[:9]), high: pilot_records(RISING)})  # fmt: skip
     assert not rule["complete"] and rule["chosen"] is None and rule["rates"][middle]["steps"] == 9
 
 
 def test_the_study_refuses_to_start_before_the_pilot_is_complete(tmp_path):
     write_pilot(tmp_path, complete=False)
     with pytest.raises(SystemExit, match="the pilot is not complete"):
-        study.chosen_rate(tmp_path)
+        plan.chosen_rate(tmp_path)
     write_pilot(tmp_path, complete=True)
-    assert study.chosen_rate(tmp_path) == 3e-6  # the fixture's 1e-5 collapses
+    assert plan.chosen_rate(tmp_path) == 3e-6  # the fixture's 1e-5 collapses
 
 
 # ----------------------------------------------------------------------------- a fixture
@@ -222,21 +224,21 @@ def write_pilot(results: Path, complete: bool = True) -> None:
     for rate, summed in curves.items():
         lengths = {4: 2.0} if rate == 1e-5 else None
         records = pilot_records(summed if complete or rate != 3e-6 else summed[:9], lengths)
-        folder = study.pilot_results(results, rate) / "sql" / "gdpo" / "seed100"
+        folder = plan.pilot_results(results, rate) / "sql" / "gdpo" / "seed100"
         write_run(folder, records, run_record(len(records)))
 
 
 def write_fixture(results: Path) -> None:
     """The plan, a complete pilot, seeds 0-2 of both arms done and evaluated, seed 3's gdpo
     at 7 steps."""
-    study.store_plan(results)
+    plan.store_plan(results)
     write_pilot(results)
-    root = study.study_results(results) / "sql"
+    root = plan.study_results(results) / "sql"
     convergence._write_json(
         root / "study.json",
         {
             "command": "python benchmarks/sql_training_study.py --study",
-            "seeds": {"gdpo": list(study.SEEDS), "mrtpo": list(study.SEEDS)},
+            "seeds": {"gdpo": list(plan.SEEDS), "mrtpo": list(plan.SEEDS)},
         },  # fmt: skip
     )
     for seed in range(3):
@@ -257,54 +259,54 @@ def write_fixture(results: Path) -> None:
 
 def test_auc_paired_t_and_holm_by_hand(tmp_path):
     write_fixture(tmp_path)
-    runs = study.load_study(tmp_path)
-    assert study.complete_seeds(runs) == [0, 1, 2]
-    tests = {t["endpoint"]: t for t in study.primary_tests(runs)}
+    runs = report.load_study(tmp_path)
+    assert report.complete_seeds(runs) == [0, 1, 2]
+    tests = {t["endpoint"]: t for t in report.primary_tests(runs)}
     # mrtpo's shift lifts steps 2-20: 19 of the 20 steps of the mean.
     execution = [SHIFTS[s] * 19 / 20 for s in range(3)]
     summed = [SUMMED_SHIFTS[s] * 19 / 20 for s in range(3)]
-    for key, differences in ((study.EXECUTION, execution), (study.SUMMED, summed)):
+    for key, differences in ((plan.EXECUTION, execution), (plan.SUMMED, summed)):
         test = tests[key]
         assert list(test["differences"].values()) == pytest.approx(differences)
         reference = stats.ttest_rel(np.array(differences) + 1.0, np.ones(3))
         assert test["test"]["p"] == pytest.approx(reference.pvalue)
         assert test["test"]["mean"] == pytest.approx(np.mean(differences))
-    p_execution, p_summed = tests[study.EXECUTION]["test"]["p"], tests[study.SUMMED]["test"]["p"]
+    p_execution, p_summed = tests[plan.EXECUTION]["test"]["p"], tests[plan.SUMMED]["test"]["p"]
     assert p_summed < p_execution  # Holm: the smaller p times 2, the larger as is (monotone)
-    assert tests[study.SUMMED]["holm_p"] == pytest.approx(2 * p_summed)
-    assert tests[study.EXECUTION]["holm_p"] == pytest.approx(max(p_execution, 2 * p_summed))
+    assert tests[plan.SUMMED]["holm_p"] == pytest.approx(2 * p_summed)
+    assert tests[plan.EXECUTION]["holm_p"] == pytest.approx(max(p_execution, 2 * p_summed))
     # gdpo's learned area: the execution reward rises 0.01 a step, mean of 0.01 (t - 1) = 0.095.
-    assert tests[study.EXECUTION]["gdpo_learned_area"] == pytest.approx(0.095)
-    assert tests[study.SUMMED]["gdpo_learned_area"] == pytest.approx(0.38)
-    share = study.prediction()["share_central"]
-    assert tests[study.SUMMED]["predicted"] == pytest.approx(share * 0.38)
-    assert study.steps_to_level(study_records("gdpo", 0)) == 21  # 1.2 + 0.04 * 19 = 1.96
-    assert study.steps_to_level(study_records("mrtpo", 2)) == 19  # (1.99 + 2.03 + 2.07) / 3 >= 2
-    assert study.steps_to_level(study_records("gdpo", 0)[:7]) is None
+    assert tests[plan.EXECUTION]["gdpo_learned_area"] == pytest.approx(0.095)
+    assert tests[plan.SUMMED]["gdpo_learned_area"] == pytest.approx(0.38)
+    share = plan.prediction()["share_central"]
+    assert tests[plan.SUMMED]["predicted"] == pytest.approx(share * 0.38)
+    assert report.steps_to_level(study_records("gdpo", 0)) == 21  # 1.2 + 0.04 * 19 = 1.96
+    assert report.steps_to_level(study_records("mrtpo", 2)) == 19  # (1.99 + 2.03 + 2.07) / 3 >= 2
+    assert report.steps_to_level(study_records("gdpo", 0)[:7]) is None
 
 
 def test_the_noise_check_after_three_seeds(tmp_path):
     write_fixture(tmp_path)
-    runs = study.load_study(tmp_path)
-    plan = json.loads((tmp_path / "plan.json").read_text())
-    text = study.noise_check(runs, plan)
+    runs = report.load_study(tmp_path)
+    stored = json.loads((tmp_path / "plan.json").read_text())
+    text = report.noise_check(runs, stored)
     sd = float(np.std([SUMMED_SHIFTS[s] * 0.95 for s in range(3)], ddof=1))
-    effect = study.prediction()["share_central"] * 0.38
+    effect = plan.prediction()["share_central"] * 0.38
     power = update_quality.paired_power(effect, sd, 5, 0.05)
     assert sd == pytest.approx(0.0475) and power == pytest.approx(0.82, abs=0.01)
     row = f"| summed reward | +0.3800 | {sd:.4f} | {sd / 0.38:.3f} | {effect:+.4f} | {power:.2f} |"
     assert row in text
     two = {arm: {s: run for s, run in seeds.items() if s < 2} for arm, seeds in runs.items()}
-    assert study.noise_check(two, plan) == "(after 3 complete seeds; 2 so far)\n"
+    assert report.noise_check(two, stored) == "(after 3 complete seeds; 2 so far)\n"
 
 
 def test_the_report_regenerates_byte_for_byte_from_the_files(tmp_path):
     write_fixture(tmp_path)
-    path = study.write_report(tmp_path)
+    path = report.write_report(tmp_path)
     text = path.read_text()
     assert text == EXPECTED_README.read_text()
     assert (tmp_path / "curves.png").stat().st_size > 0 and (tmp_path / "pilot.png").is_file()
-    assert study.write_report(tmp_path).read_text() == text  # from the files alone, again
+    assert report.write_report(tmp_path).read_text() == text  # from the files alone, again
     assert "**The study's learning rate: 3e-06.**" in text
     assert "step 4: mean completion 2 tokens" in text
 
@@ -368,7 +370,7 @@ def test_run_json_is_on_disk_before_training_starts(tmp_path, tiny_model_dir, mo
     import mrtpo.training
 
     args = study.stage_args("pilot", tmp_path, 1e-5, 1)
-    folder = convergence.run_dir(args, "gdpo", study.PILOT_SEED)
+    folder = convergence.run_dir(args, "gdpo", plan.PILOT_SEED)
     seen = []
 
     def training_that_dies(*arguments, **keywords):
@@ -377,7 +379,7 @@ def test_run_json_is_on_disk_before_training_starts(tmp_path, tiny_model_dir, mo
 
     monkeypatch.setattr(mrtpo.training, "run_training", training_that_dies)
     with pytest.raises(KeyboardInterrupt):
-        convergence.train_run(args, "gdpo", study.PILOT_SEED, start=str(tiny_model_dir))
+        convergence.train_run(args, "gdpo", plan.PILOT_SEED, start=str(tiny_model_dir))
     assert len(seen) == 1 and not seen[0]["trained"]
     assert [session["checkpoint"] for session in seen[0]["sessions"]] == [None]
     assert seen[0]["settings"]["learning_rate"] == 1e-5 and seen[0]["settings"]["task"] == "sql"
@@ -400,4 +402,4 @@ def test_the_study_keeps_step_10_of_gdpo_seed_0_for_the_step_measurement(tmp_pat
         ("study", "gdpo", 1): [],
         ("lr3e-06", "gdpo", 100): [],
     }
-    assert study.KEPT_STEP % study.SAVE_STEPS == 0 and study.KEPT_STEP <= study.STEPS
+    assert plan.KEPT_STEP % plan.SAVE_STEPS == 0 and plan.KEPT_STEP <= plan.STEPS
