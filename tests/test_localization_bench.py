@@ -15,6 +15,7 @@ from mrtpo.verifiers import Verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import localization  # noqa: E402
+import localization_errors as errors  # noqa: E402
 
 SQL_REWARDS = ("sql_format", "sql_executable", "sql_execution")
 # (task, kind) -> (the failing reward, every reward whose verdict the error changes);
@@ -48,18 +49,18 @@ def rows_of():
 
 
 def test_every_error_kind_has_an_expectation():
-    assert {(kind.task, kind.name) for kind in localization.ERROR_KINDS} == set(EXPECTED)
+    assert {(kind.task, kind.name) for kind in errors.ERROR_KINDS} == set(EXPECTED)
 
 
-@pytest.mark.parametrize("kind", localization.ERROR_KINDS, ids=lambda k: f"{k.task}-{k.name}")
+@pytest.mark.parametrize("kind", errors.ERROR_KINDS, ids=lambda k: f"{k.task}-{k.name}")
 def test_injection_changes_its_span_only_and_flips_the_intended_verdicts(kind, rows_of):
     task = tasks.get(kind.task)
-    kept, counts = localization.collect_injections(kind, task, rows_of(task), n=2)
+    kept, counts = errors.collect_injections(kind, task, rows_of(task), n=2)
     assert len(kept) == 2, counts
     verifiers = task.verifiers()
     names = [verifier.name for verifier in verifiers]
     for injected in kept:
-        reference = localization.reference_response(task, injected.row).text
+        reference = errors.reference_response(task, injected.row).text
         text, (start, end) = injected.candidate.text, injected.candidate.span
         kept_tail = len(text) - end
         # Outside the span the text is the reference's; inside, something changed.
@@ -88,24 +89,24 @@ def test_built_instruction_responses_satisfy_every_constraint(rows_of):
     verifiers = task.verifiers()
     built = 0
     for row in rows_of(task)[:60]:
-        reference = localization.build_instruction_response(row)
-        supported = set(row["instruction_id_list"]) <= localization.SUPPORTED_INSTRUCTIONS
+        reference = errors.build_instruction_response(row)
+        supported = set(row["instruction_id_list"]) <= errors.SUPPORTED_INSTRUCTIONS
         if not supported:
             assert reference is None
             continue
         if reference is not None:
             built += 1
-            assert localization.all_pass([v.verify(reference.text, row) for v in verifiers])
+            assert errors.all_pass([v.verify(reference.text, row) for v in verifiers])
             for start, end in reference.anchors.values():
                 assert 0 <= start < end <= len(reference.text)
     assert built >= 5
 
 
 def test_replace_span_reports_where_the_new_text_is():
-    assert localization.replace_span("abcdef", 2, 4, "XYZ") == ("abXYZef", (2, 5))
-    assert localization.replace_span("abc", 3, 3, "!") == ("abc!", (3, 4))
+    assert errors.replace_span("abcdef", 2, 4, "XYZ") == ("abXYZef", (2, 5))
+    assert errors.replace_span("abc", 3, 3, "!") == ("abc!", (3, 4))
     with pytest.raises(ValueError, match="outside"):
-        localization.replace_span("abc", 2, 5, "x")
+        errors.replace_span("abc", 2, 5, "x")
 
 
 def test_span_ratio_on_hand_made_distances():
@@ -122,17 +123,15 @@ def test_span_ratio_on_hand_made_distances():
     assert localization.span_ratio(np.ones(10), np.zeros(10, dtype=bool)) is None
 
 
-def hand_made(target_on_span: float) -> tuple[localization.Injected, np.ndarray, np.ndarray]:
+def hand_made(target_on_span: float) -> tuple[errors.Injected, np.ndarray, np.ndarray]:
     """Four rewards over 10 tokens, the span on tokens 2-3: `a` fails (share
     `target_on_span` of its distance on the span), `b` is uniform, `c` has nothing there,
     `d` does not apply."""
     names = ["a", "b", "c", "d"]
     verdicts = [Verdict(0.0, "a"), Verdict(1.0, "b"), Verdict(1.0, "c"), Verdict(None, "")]
-    candidate = localization.Candidate("x" * 10, (2, 4), "a", ("a",))
+    candidate = errors.Candidate("x" * 10, (2, 4), "a", ("a",))
     types = [f"check:{name}" for name in names]  # what each reward checks on this row
-    injected = localization.Injected(
-        "toy", "kind", {"prompt": "p"}, candidate, names, verdicts, types
-    )
+    injected = errors.Injected("toy", "kind", {"prompt": "p"}, candidate, names, verdicts, types)
     in_span = np.zeros(10, dtype=bool)
     in_span[[2, 3]] = True
     distance = np.zeros((4, 10))
