@@ -52,13 +52,13 @@ OPTIONS: dict[str, tuple[Any, ...]] = {
     # ours
     "advantage_estimator": ("mrtpo", "gdpo", "grpo"),
     "share_prompt": (True, False),
-    "mrtpo_beta": (0.5, 0.0, 1.0),
+    "mrtpo_beta": (0.5, 0.0, 1.0, "auto"),
     "mrtpo_warmup_steps": (10, 0, 1),
-    "replay_information": ("own", "placebo"),
+    "replay_information": ("own", "placebo", "generic"),
     "shuffle_token_weights": (False, True),
     "reward_weighting": ("static", "saw"),
     "credit_map_steps": (0, 1),
-    "token_relevance": ("replay", "entropy"),
+    "token_relevance": ("replay", "entropy", "contrastive"),
     "bounded_token_advantages": (True, False),
     "num_generations": (4, 2),
 }
@@ -85,11 +85,19 @@ CONFIG_FIELDS = frozenset(field.name for field in dataclasses.fields(MRTPOConfig
 
 
 def expected_refusal(combination: dict[str, Any]) -> str | None:
-    """The option whose refusal a combination must meet before training, None if it must train.
+    """The option whose refusal a combination must meet before training, None if it must train
+    (in the order `MRTPOConfig` checks them).
 
-    The entropy control replays nothing, so the placebo's information would go nowhere.
+    An automatic beta is MRTPO's, so GDPO and GRPO have none to choose. The entropy control
+    replays nothing, so another information would go nowhere; contrastive relevance replays the
+    own information against the placebo's, so another would replace its own side.
     """
-    if combination["token_relevance"] == "entropy" and combination["replay_information"] != "own":
+    if combination["mrtpo_beta"] == "auto" and combination["advantage_estimator"] != "mrtpo":
+        return "mrtpo_beta"
+    if (
+        combination["token_relevance"] in ("entropy", "contrastive")
+        and combination["replay_information"] != "own"
+    ):
         return "replay_information"
     return None
 
@@ -150,6 +158,19 @@ ADDED = [
     ),
     # The entropy control with the placebo: refused, naming replay_information.
     added(token_relevance="entropy", replay_information="placebo"),
+    # Issue 48's options and issue 50's automatic beta from the first step, with SAW, several
+    # micro-batches a step and generations reused (where the probes take their pairs from).
+    added(token_relevance="contrastive", mrtpo_warmup_steps=0, reward_weighting="saw"),
+    added(replay_information="generic", mrtpo_warmup_steps=0, steps_per_generation=2),
+    added(
+        mrtpo_beta="auto",
+        mrtpo_warmup_steps=0,
+        gradient_accumulation_steps=2,
+        token_relevance="contrastive",
+    ),
+    added(
+        mrtpo_beta="auto", mrtpo_warmup_steps=0, replay_information="placebo", share_prompt=False
+    ),
 ]
 COMBINATIONS_TRIED = sample_combinations(COMBINATIONS, SEED) + ADDED
 
@@ -224,6 +245,8 @@ MUST_REFUSE = [
     ),
     ({"num_generations": 3}, "num_generations"),  # 8 rows a batch: not whole groups
     ({"mrtpo_beta": 1.5}, "mrtpo_beta"),
+    ({"mrtpo_beta": "auto", "advantage_estimator": "gdpo"}, "mrtpo_beta"),
+    ({"token_relevance": "contrastive", "replay_information": "generic"}, "replay_information"),
     ({"replay_batch_size": 0}, "replay_batch_size"),
 ]
 
