@@ -1,6 +1,7 @@
 """The paired statistics of the benchmarks, in one place: Student's paired t interval and test,
-Holm's step-down correction, the power of a paired t-test, and the fold jackknife that counts a
-reference shared by every pair (`benchmarks/update_quality*.py`, `convergence.py`,
+Holm's step-down correction, the power of a paired t-test (and of any t-test from its
+noncentrality), and the fold jackknife that counts a reference shared by every pair, with its
+standard error and its power (`benchmarks/update_quality*.py`, `convergence.py`,
 `convergence_powered.py`, `sql_training_study_plan.py`, `sql_training_study_report.py` all import them from here).
 """
 
@@ -66,15 +67,36 @@ def holm(pvalues: Mapping[Any, float]) -> dict[Any, float]:
 
 def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:
     """Power of the two-sided paired t-test of n differences with mean `effect` and SD `sd`
-    (noncentral t); NaN for n < 2 or sd <= 0."""
-    from scipy import stats
-
+    (noncentral t, `t_power`); NaN for n < 2 or sd <= 0."""
     if n < 2 or sd <= 0:
         return float("nan")
-    degrees = n - 1
+    return t_power(effect / sd * math.sqrt(n), n - 1, alpha)
+
+
+def t_power(shift: float, degrees: int, alpha: float) -> float:
+    """Power of a two-sided t-test at level `alpha` on `degrees` degrees of freedom whose
+    statistic's noncentrality is `shift` (the effect over the estimate's standard error):
+    P(|T| > t_{degrees, 1 - alpha/2}) with T noncentral t. NaN for a NaN shift."""
+    from scipy import stats
+
+    if math.isnan(shift):
+        return float("nan")
     critical = stats.t.ppf(1 - alpha / 2, degrees)
-    shift = effect / sd * math.sqrt(n)
-    return float(stats.nct.sf(critical, degrees, shift) + stats.nct.cdf(-critical, degrees, shift))
+    upper = stats.nct.sf(critical, degrees, shift)
+    lower = stats.nct.cdf(-critical, degrees, shift)
+    # scipy's far tail turns NaN at a large shift (|shift| ~ 20 and more); it is below the
+    # chance that T falls on the far side of 0, Phi(-|shift|), so 0 where that is negligible
+    if stats.norm.cdf(-abs(shift)) < 1e-12:
+        lower = 0.0 if shift > 0 and math.isnan(lower) else lower
+        upper = 0.0 if shift < 0 and math.isnan(upper) else upper
+    return float(upper + lower)
+
+
+def jackknife_power(effect: float, error: float, degrees: int, alpha: float) -> float:
+    """Power of the fold jackknife's test (`fold_jackknife`: t on `degrees` = F - 1 degrees of
+    freedom) to detect `effect` where the estimate's standard error is `error`; NaN for
+    error <= 0."""
+    return t_power(effect / error, degrees, alpha) if error > 0 else float("nan")
 
 
 def fold_jackknife(
@@ -88,9 +110,15 @@ def fold_jackknife(
     (F - 1) / F sum_f (deleted_f - mean)^2 counts whatever the folds share, which a t over the
     pairs leaves out; the interval is the estimate ± t_{F-1} times its root.
     """
+    folds = len(deleted)
+    return t_interval(float(estimate), jackknife_error(deleted), folds - 1, level, n=folds)
+
+
+def jackknife_error(deleted: Sequence[float]) -> float:
+    """The delete-one-fold jackknife standard error from the F recomputed values:
+    sqrt((F - 1) / F sum_f (deleted_f - mean)^2) (`fold_jackknife`)."""
     values = np.asarray(deleted, dtype=float)
     folds = len(values)
     if folds < 2:
         raise ValueError(f"deleted must hold at least 2 folds' values, got {folds}")
-    variance = (folds - 1) / folds * float(np.sum((values - values.mean()) ** 2))
-    return t_interval(float(estimate), math.sqrt(variance), folds - 1, level, n=folds)
+    return math.sqrt((folds - 1) / folds * float(np.sum((values - values.mean()) ** 2)))

@@ -35,13 +35,19 @@ so a measurement resumes on another machine from the same responses.
     .venv/bin/python benchmarks/update_quality.py --power --state smollm2_tool_calling
     .venv/bin/python benchmarks/update_quality.py --report
 
+The second plan (`update_quality_plan2.py`, `plan-2.json`) has its own state, power step and
+report (`update_quality_plan2_analysis.py`, `update_quality_plan2_report.py`):
+`--power --state qwen_instructions` sizes its main sample by its rule and budget, and
+`--report` writes `plan-2-report.md` beside README.md.
+
 The code: `update_quality_states.py` (the states, the plan, sampling), `update_quality_passes.py`
 (the gradient passes, lanes, resuming), `update_quality_analysis.py` (measures, tests, power),
 `update_quality_report.py` (the report); the paired statistics in `paired_stats.py`. This script
 is the command line, and the one name (`import update_quality`) under which the rest is reached.
 
-Results: `benchmarks/results/update-quality/` (README.md, cosines.png, plan.json; per state and
-sample: samples/, measures/, run.json; power.json from the pilot).
+Results: `benchmarks/results/update-quality/` (README.md, cosines.png, plan.json; plan-2.json,
+plan-2.md, plan-2-report.md; per state and sample: samples/, measures/, run.json; power.json
+from the pilot; folds/: the first plan's states measured again with folds).
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ from update_quality_analysis import load_measures, power_calculation, precision_
 from update_quality_passes import *  # noqa: E402, F403
 from update_quality_passes import Lane, run_lane  # noqa: E402
 from update_quality_plan2 import PLAN_2_FILE, plan_2  # noqa: E402
+from update_quality_plan2_analysis import power_2, stored_plan_2  # noqa: E402
+from update_quality_plan2_report import write_plan_2_report  # noqa: E402
 from update_quality_report import *  # noqa: E402, F403
 from update_quality_report import write_report  # noqa: E402
 from update_quality_states import *  # noqa: E402, F403
@@ -69,7 +77,10 @@ from update_quality_states import (  # noqa: E402
     PLAN_2_STATES,
     POWER_FILE,
     RESULTS,
+    RUN_FILE,
     SAMPLES,
+    State,
+    max_batches,
     read_json,
     record_plan,
     sample_dir,
@@ -88,6 +99,13 @@ def main_batches(results: Path, state: str) -> int:
             f"no {state_dir(results, state) / POWER_FILE}: run the pilot and --power first"
         )
     return int(power["batches"])
+
+
+def prompt_batches(state: State) -> int:
+    """The most mini-batches of the main sample the state's train split holds."""
+    from mrtpo import tasks
+
+    return max_batches(len(tasks.get(state.task).load("train", path=state.data)), "main")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,9 +151,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the intervals count the shared reference (the fold jackknife); at most one per "
         "mini-batch (default 4)",
     )
-    add("--power", action="store_true", help="size the main sample from the pilot, then stop")
-    add("--max_batches", type=int, help="--power: the budget's cap on the main sample")
-    add("--report", action="store_true", help="regenerate the report from the results files")
+    add(
+        "--power",
+        action="store_true",
+        help="size the main sample from the pilot, then stop (the second plan's state: by its "
+        "rule, capped by its budget over the pilot's CPU seconds per mini-batch)",
+    )
+    add("--max_batches", type=int, help="--power: a cap on the main sample (the budget's)")
+    add(
+        "--report",
+        action="store_true",
+        help="regenerate the reports from the results files (README.md: the first plan; "
+        "plan-2-report.md: the second)",
+    )
     add(
         "--compare_with",
         type=Path,
@@ -145,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.report:
         print(write_report(args.results))
+        print(write_plan_2_report(args.results))
         return 0
     if args.state is None:
         parser.error("--state is required unless --report")
@@ -162,11 +191,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(compared, indent=1))
         return 0
     if args.power:
-        pilot = load_measures(args.results).get(args.state, {}).get("pilot")
+        pilot = load_measures(args.results, [args.state]).get(args.state, {}).get("pilot")
         if not pilot or len(pilot) < PILOT_BATCHES:
             raise SystemExit(f"{args.state}: the pilot is not complete")
-        cap = args.max_batches or 10_000
-        power = power_calculation(pilot, cap)
+        if args.state in PLAN_2_STATES:  # the second plan's rule, from the stored plan
+            power = power_2(
+                pilot,
+                read_json(sample_dir(args.results, args.state, "pilot") / RUN_FILE),
+                stored_plan_2(args.results),
+                prompt_batches(ALL_STATES[args.state]),
+                args.max_batches,
+            )
+        else:
+            power = power_calculation(pilot, args.max_batches or 10_000)
         write_json(state_dir(args.results, args.state) / POWER_FILE, power)
         print(json.dumps(power, indent=1))
         return 0

@@ -5,12 +5,13 @@ and the comparison of two measurements of the same mini-batches."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from paired_stats import fold_jackknife, holm, paired_power, paired_t
+from update_quality_plan2 import ESTIMATORS_2
 from update_quality_states import (
     ALPHA,
     EFFECT_SHARE,
@@ -30,16 +31,22 @@ from update_quality_states import (
     state_dir,
 )
 
+# Every estimator of either plan: (variant, beta). A name means the same in both plans.
+ALL_ESTIMATORS: dict[str, tuple[str, float | None]] = {**ESTIMATORS, **ESTIMATORS_2}
+
 # ----------------------------------------------------------------------------- the analysis
 
 
-def load_measures(results: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """{state: {sample: [measures of its mini-batches, by index]}} from the results files.
-    Each record gets `sample_batches`, the sample's planned size (the pilot's fixed size, the
-    main sample's from the power calculation): its reference averages over the other
-    mini-batches of all of them, whether or not they are measured yet."""
+def load_measures(
+    results: Path, states: Iterable[str] = STATES
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """{state: {sample: [measures of its mini-batches, by index]}} from the results files, for
+    `states` (default the first plan's). Each record gets `sample_batches`, the sample's
+    planned size (the pilot's fixed size, the main sample's from the power calculation): its
+    reference averages over the other mini-batches of all of them, whether or not they are
+    measured yet."""
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for state in STATES:
+    for state in states:
         power = read_json(state_dir(results, state) / POWER_FILE)
         for sample in SAMPLES:
             folder = sample_dir(results, state, sample) / "measures"
@@ -56,7 +63,7 @@ def direction(record: Mapping[str, Any], estimator: str) -> dict[str, float]:
     """An estimator's dots on one mini-batch: ref_dots [K], norm2, diff2 (its squared distance
     from gdpo's gradient). At beta < 1 a token-level variant is the blend
     (1 - beta) g_gdpo + beta g_variant(1), whose dots are bilinear in the measured ones."""
-    variant, beta = ESTIMATORS[estimator]
+    variant, beta = ALL_ESTIMATORS[estimator]
     measured = record["directions"]
     gdpo = measured["gdpo"]
     if beta is None:
@@ -112,13 +119,15 @@ def _safe_ratio(numerator: float, denominator: float) -> float:
 
 
 def per_estimator(
-    records: Sequence[Mapping[str, Any]], batches: int | None = None
+    records: Sequence[Mapping[str, Any]],
+    batches: int | None = None,
+    estimators: Iterable[str] = ESTIMATORS,
 ) -> dict[str, dict[str, list[float]]]:
-    """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward).
-    batches: the sample's size; by default each record's `sample_batches` (set by
-    `load_measures`), else the number of records."""
+    """{estimator: {measure: [value per mini-batch]}} (reward_cosines: one list per reward) for
+    `estimators` (default the first plan's). batches: the sample's size; by default each
+    record's `sample_batches` (set by `load_measures`), else the number of records."""
     out: dict[str, dict[str, Any]] = {}
-    for estimator in ESTIMATORS:
+    for estimator in estimators:
         rows = [
             batch_measures(r, estimator, batches or r.get("sample_batches", len(records)))
             for r in records
@@ -261,6 +270,33 @@ def cosine_differences(records: Sequence[Mapping[str, Any]], first: str, second:
     )
 
 
+def fold_statistic(
+    records: Sequence[Mapping[str, Any]],
+    statistic: Callable[[Sequence[Mapping[str, Any]]], float],
+) -> tuple[float, list[float]] | None:
+    """A statistic of the mini-batches and its delete-one-fold values, the jackknife's inputs:
+    (statistic on every record, [statistic with fold f left out of the mini-batches and out of
+    every remaining mini-batch's reference, per fold present]). None where the records hold
+    no folds or fewer than 2 folds are measured."""
+    if not records or any("ref_fold_gram" not in r for r in records):
+        return None
+    folds = records[0]["folds"]
+    present = sorted({r["fold"] for r in records})
+    if folds < 2 or len(present) < 2:
+        return None
+    deleted = []
+    for fold in present:
+        others = [f for f in range(folds) if f != fold]
+        deleted.append(statistic([restricted(r, others) for r in records if r["fold"] != fold]))
+    return statistic(records), deleted
+
+
+def mean_difference(first: str, second: str) -> Callable[[Sequence[Mapping[str, Any]]], float]:
+    """The statistic of a contrast: the mean over mini-batches of `first`'s cosine minus
+    `second`'s (summed reward)."""
+    return lambda records: float(cosine_differences(records, first, second).mean())
+
+
 def fold_test(
     records: Sequence[Mapping[str, Any]], first: str, second: str, level: float = 0.95
 ) -> dict[str, float] | None:
@@ -268,19 +304,8 @@ def fold_test(
     jackknife interval (`paired_stats.fold_jackknife`): fold f left out of the mean and out of
     every remaining mini-batch's reference. None where the records hold no folds or fewer than
     2 folds are measured."""
-    if not records or any("ref_fold_gram" not in r for r in records):
-        return None
-    folds = records[0]["folds"]
-    present = sorted({r["fold"] for r in records})
-    if folds < 2 or len(present) < 2:
-        return None
-    estimate = float(cosine_differences(records, first, second).mean())
-    deleted = []
-    for fold in present:
-        others = [f for f in range(folds) if f != fold]
-        kept = [restricted(r, others) for r in records if r["fold"] != fold]
-        deleted.append(float(cosine_differences(kept, first, second).mean()))
-    return fold_jackknife(estimate, deleted, level)
+    values = fold_statistic(records, mean_difference(first, second))
+    return None if values is None else fold_jackknife(*values, level)
 
 
 def fold_tests(

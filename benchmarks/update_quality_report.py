@@ -5,7 +5,7 @@ exploratory ones."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import numpy as np
 from paired_stats import paired_t
 from update_quality_analysis import contrast_tests, load_measures, per_estimator, primary_tests
 from update_quality_states import (
+    ALL_STATES,
     EFFECT_SHARE,
     ESTIMATORS,
     GROUP_SIZE,
@@ -48,11 +49,13 @@ def _p(value: float | None) -> str:
     return f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
 
 
-def estimator_table(records: Sequence[Mapping[str, Any]]) -> str:
-    """Per estimator: the cosine with the summed-reward reference and with each reward's (mean
-    and 95% t interval over mini-batches), the gradient norm, the gain of the clipped step and
-    the distance from gdpo's gradient (means)."""
-    values = per_estimator(records)
+def estimator_table(
+    records: Sequence[Mapping[str, Any]], estimators: Iterable[str] = ESTIMATORS
+) -> str:
+    """Per estimator (default the first plan's): the cosine with the summed-reward reference
+    and with each reward's (mean and 95% t interval over mini-batches), the gradient norm, the
+    gain of the clipped step and the distance from gdpo's gradient (means)."""
+    values = per_estimator(records, estimators=estimators)
     names = records[0]["reward_names"]
     header = ["estimator", "cosine, summed reward", *[f"cosine, {n}" for n in names]]
     header += ["gradient norm", "gain of the clipped step", "distance from gdpo"]
@@ -288,7 +291,7 @@ def load_samples(results: Path, state: str, sample: str) -> dict[int, dict[str, 
 
 def _capped(record: Mapping[str, Any], state: str) -> list[bool]:
     """Per response: whether it stopped at the state's completion cap (no end token before)."""
-    cap = STATES[state].max_completion_length
+    cap = ALL_STATES[state].max_completion_length
     return [len(ids) >= cap for ids in record["completion_ids"]]
 
 
@@ -447,7 +450,7 @@ def placebo_share_rows(results: Path, state: str, sample: str) -> list[list[str]
             continue
         own, replayed = replayed_pairs(record)
         own_rows += own
-        placebo_rows += placebo_infos(own, GROUP_SIZE, STATES[state].seed, batch)
+        placebo_rows += placebo_infos(own, GROUP_SIZE, ALL_STATES[state].seed, batch)
         replayed_rows += replayed
     if not own_rows:
         return None

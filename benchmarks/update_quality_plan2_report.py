@@ -1,0 +1,360 @@
+"""The second plan's report (`update_quality.py --report`): `plan-2-report.md` of a results
+folder, from its files alone, beside the first plan's README.md. Whatever is not measured yet
+says so: the state's pilot and power, its main sample, and the first plan's two states measured
+again with folds, which live in the folder's `folds/` (a results folder of its own: the first
+plan's committed samples and power.json copied there, then measured as usual with
+`--results <folder>/folds`), so that the first plan's measures stay as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from update_quality_analysis import load_measures, per_estimator, primary_tests
+from update_quality_plan2 import ESTIMATORS_2, PLAN_2_STATES
+from update_quality_plan2_analysis import (
+    READINGS,
+    pattern,
+    plan_2_tests,
+    reward_cosine_test,
+    stored_plan_2,
+)
+from update_quality_report import (
+    _capped,
+    _p,
+    estimator_table,
+    load_samples,
+    placebo_share_rows,
+    reference_correlations,
+)
+from update_quality_states import (
+    ALL_STATES,
+    POWER_FILE,
+    PRIMARY_CONTRASTS,
+    SAMPLES,
+    STATES,
+    read_json,
+    state_dir,
+)
+
+REPORT_2 = "plan-2-report.md"
+FOLDS_RESULTS = "folds"  # the first plan's states measured again with folds: a results folder
+NOT_YET = "not measured yet"
+# The second plan's estimators on the first plan's states (plan-2.json's "Secondary").
+FIRST_STATES_NEW = (
+    ("mrtpo(0.5)", "generic(0.5)"),
+    ("generic(0.5)", "gdpo"),
+    ("contrastive(0.5)", "mrtpo(0.5)"),
+)
+
+
+def _test_cell(test: Mapping[str, Any] | None) -> str:
+    if test is None:
+        return "–"
+    return f"{test['mean']:+.4f} [{test['low']:+.4f}, {test['high']:+.4f}] (n = {test['n']})"
+
+
+def _needed(batches: int | None) -> str:
+    return "more than 10000" if batches is None else str(batches)
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [_row(header), "|" + "---|" * len(header), *(_row(r) for r in rows)]
+
+
+def tests_table(tests: Sequence[Mapping[str, Any]], corrected: bool) -> list[str]:
+    """`plan_2_tests` as a table: the fold jackknife's estimate, interval (n: folds) and p,
+    Holm's p where `corrected`, and the paired t over mini-batches beside them."""
+    header = ["contrast", "estimate [fold-jackknife 95% interval]", "p"]
+    header += ["Holm p", "significant"] if corrected else []
+    header += ["paired t [95% interval], not counting the shared reference"]
+    rows = []
+    for test in tests:
+        first, second = test["contrast"]
+        if not test["measured"]:
+            rows.append([f"{first} - {second}", NOT_YET, *["–"] * (len(header) - 2)])
+            continue
+        cells = [f"{first} - {second}", _test_cell(test["test"])]
+        cells.append(_p(test["test"]["p"]) if test["test"] else "–")
+        if corrected:
+            cells += [_p(test["holm_p"]), "yes" if test["significant"] else "no"]
+        rows.append([*cells, _test_cell(test["paired"])])
+    return _table(header, rows)
+
+
+# ----------------------------------------------------------------------------- the new state
+
+
+def power_lines(power: Mapping[str, Any] | None) -> list[str]:
+    """The pilot and the main sample's size, from power.json."""
+    if power is None:
+        return [f"Pilot and power: {NOT_YET}.", ""]
+    lines = [
+        f"**Pilot and power** ({power['pilot_batches']} mini-batches of other prompts, "
+        f"{power['folds']} folds): gdpo's mean cosine {power['gdpo_mean_cosine']:+.4f}; effect "
+        f"to detect {power['effect']:.4f} at alpha {power['alpha']:.4f} (two-sided, the fold "
+        f"jackknife's t, the pilot's standard error scaled to n mini-batches), power "
+        f"{power['power']}:",
+        "",
+    ]
+    header = ["contrast", "pilot mean difference", "fold-jackknife SE"]
+    header += ["mini-batches for the effect", "for the pilot's difference"]
+    header += [f"power at {power['batches']}"]
+    rows = [
+        [
+            name,
+            f"{c['difference_mean']:+.4f}",
+            f"{c['jackknife_se']:.4f}",
+            _needed(c["needed_batches"]),
+            _needed(c["needed_batches_at_pilot_difference"]),
+            f"{c['power_at_batches']:.2f}",
+        ]
+        for name, c in power["contrasts"].items()
+    ]
+    lines += [*_table(header, rows), ""]
+    cost, caps = power["cost"], power["caps"]
+    if cost is None:
+        spent = "the pilot's cost not recorded (no budget cap)"
+    else:
+        stages = " / ".join(f"{stage} {s:.0f}" for stage, s in cost["cpu_seconds"].items())
+        spent = (
+            f"the pilot's {cost['per_batch']:.0f} CPU seconds per mini-batch (of "
+            f"{cost['total_cpu_seconds']:.0f} in all: {stages}), "
+            f"so the budget of {power['budget_cpu_hours']:g} CPU-hours allows {caps['budget']}"
+        )
+    named = ", ".join(f"{k} {v}" for k, v in caps.items() if v is not None) or "none"
+    hours = power["main_cpu_hours"]
+    lines += [
+        f"Size: {spent}; caps: {named}. By {power['sizing_contrast']}: "
+        f"{_needed(power['needed_batches'])} mini-batches needed; the main sample's size "
+        f"{power['batches']} (power {power['power_at_batches']:.2f}"
+        + (f", about {hours:.1f} CPU-hours" if hours is not None else "")
+        + ").",
+        "",
+    ]
+    return lines
+
+
+def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
+    """The share of responses at the new-token cap, per sample, and what the cap rule says."""
+    cap = ALL_STATES[state].max_completion_length
+    rule = plan["cap_rule"]
+    rows, pilot_share = [], None
+    for sample in SAMPLES:
+        capped = [
+            c for r in load_samples(results, state, sample).values() for c in _capped(r, state)
+        ]
+        if not capped:
+            rows.append([sample, NOT_YET, "–"])
+            continue
+        share = sum(capped) / len(capped)
+        pilot_share = share if sample == "pilot" else pilot_share
+        rows.append([sample, str(len(capped)), f"{sum(capped)} ({share:.1%})"])
+    lines = _table(["sample", "responses", f"at the cap ({cap} new tokens)"], rows)
+    if pilot_share is not None:
+        keep = pilot_share <= rule["max_capped_share"]
+        later = [c for c in rule["candidates"] if c > cap]
+        verdict = (
+            f"at most {rule['max_capped_share']:.0%}: the main sample keeps {cap}"
+            if keep or not later
+            else f"more than {rule['max_capped_share']:.0%}: the rule samples the pilot again "
+            f"at {later[0]}"
+        )
+        lines += ["", f"The pilot's share at the cap is {verdict}."]
+    return [*lines, ""]
+
+
+def reading_lines(
+    tests: Sequence[Mapping[str, Any]],
+    generic: Mapping[str, Any] | None,
+    power: Mapping[str, Any] | None,
+    values: Mapping[str, Any],
+    shares: str,
+) -> list[str]:
+    """The readings the plan fixed, the one each contrast's outcome selects."""
+    if any(t["test"] is None for t in tests):
+        return [f"No reading yet: the main sample's primary tests are {NOT_YET}.", ""]
+    effect = None if power is None else power["effect"]
+    chosen = pattern(tests, generic, effect)
+    dose = ", ".join(
+        f"{name} {np.mean(values[name]['cosine']):+.4f}"
+        for name in ("gdpo", "mrtpo(0.5)", "mrtpo(1)")
+    )
+    lines = []
+    for test, role in zip(tests, ("gdpo", "placebo", "contrastive"), strict=True):
+        first, second = test["contrast"]
+        t = test["test"]
+        sign = {"above": "above", "below": "below", "none": "not different from"}.get(
+            chosen[role], "not above"
+        )
+        if chosen[role] == "not above" and t["mean"] < 0 and test["significant"]:
+            sign = "below"
+        reading = READINGS[role, chosen[role]].format(dose=dose, shares=shares)
+        lines.append(
+            f"- {first} {sign} {second} ({t['mean']:+.4f} [{t['low']:+.4f}, {t['high']:+.4f}], "
+            f"Holm p {_p(test['holm_p'])}): {reading}."
+        )
+    if "generic" in chosen:
+        g = generic
+        lines.append(
+            f"- Secondary: mrtpo(0.5) - generic(0.5) {g['mean']:+.4f} [{g['low']:+.4f}, "
+            f"{g['high']:+.4f}], width {g['high'] - g['low']:.4f} against the effect "
+            f"{effect:.4f}: {READINGS['generic', chosen['generic']]}."
+        )
+    else:
+        lines.append(f"- Secondary: mrtpo(0.5) - generic(0.5) {NOT_YET} (or no power.json).")
+    return [*lines, ""]
+
+
+def reward_cosine_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per estimator and reward: the mean cosine with that reward's reference, fold-jackknife
+    interval (n: folds); "–" where a reward's reference is not defined on every deletion."""
+    names = records[0]["reward_names"]
+    rows = [
+        [name, *(_test_cell(reward_cosine_test(records, name, k)) for k in range(len(names)))]
+        for name in ESTIMATORS_2
+    ]
+    return [*_table(["estimator", *names], rows), ""]
+
+
+def placebo_lines(results: Path, state: str, samples: Mapping[str, Any]) -> list[str]:
+    """What the placebo replayed (shares equal or empty) and the rewards' references' cosines."""
+    header = ["sample", "reward", "replayed pairs", "equal", "empty", "equal or empty"]
+    rows = [
+        row[1:] for sample in SAMPLES for row in placebo_share_rows(results, state, sample) or []
+    ]
+    lines = ["Replayed (row, reward) pairs whose placebo text equals the own or is empty:", ""]
+    lines += [*(_table(header, rows) if rows else [NOT_YET]), ""]
+    lines += ["Cosine between the rewards' references (per mini-batch: mean, range):", ""]
+    references = [
+        [sample, str(len(samples[sample])), "; ".join(reference_correlations(samples[sample]))]
+        for sample in SAMPLES
+        if samples.get(sample) and len(samples[sample][0]["reward_names"]) > 1
+    ]
+    table = _table(["sample", "mini-batches", "reward pairs"], references)
+    return [*lines, *(table if references else [NOT_YET]), ""]
+
+
+def shares_text(results: Path, state: str) -> str:
+    """The main sample's share of replayed pairs whose placebo is no other information."""
+    rows = placebo_share_rows(results, state, "main")
+    if not rows:
+        return "the placebo's shares not measured yet"
+    overall = rows[0]
+    return f"the placebo equals the own text or is empty in {overall[6]} of {overall[3]} pairs"
+
+
+def state_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
+    """The second plan's state: power, cap, samples, primary and secondary tests, reading."""
+    power = read_json(state_dir(results, state) / POWER_FILE)
+    samples = load_measures(results, [state]).get(state, {})
+    lines = [f"## {state}", "", *power_lines(power), "### The new-token cap", ""]
+    lines += cap_lines(results, state, plan)
+    for sample in SAMPLES:
+        records = samples.get(sample)
+        if not records:
+            lines += [f"### {sample}: {NOT_YET}", ""]
+            continue
+        planned = records[0]["sample_batches"]
+        status = "" if len(records) >= planned else f" (interim: {len(records)} of {planned})"
+        lines += [f"### {sample}: {len(records)} mini-batches{status}", ""]
+        lines += [estimator_table(records, ESTIMATORS_2), ""]
+    records = samples.get("main", [])
+    primary = plan_2_tests(records, plan["primary_contrasts"], plan["alpha"])
+    secondary = plan_2_tests(records, plan["secondary_contrasts"])
+    family = f"Holm over the {len(primary)}, family-wise alpha {plan['alpha']}"
+    lines += [f"### Primary contrasts ({family}; the main sample)", ""]
+    lines += [*tests_table(primary, corrected=True), "", "### Reading (fixed in advance)", ""]
+    values = per_estimator(records, estimators=ESTIMATORS_2) if records else {}
+    generic = next(t["test"] for t in secondary if t["contrast"] == ("mrtpo(0.5)", "generic(0.5)"))
+    lines += reading_lines(primary, generic, power, values, shares_text(results, state))
+    lines += ["### Secondary contrasts (uncorrected; the main sample)", ""]
+    lines += [*tests_table(secondary, corrected=False), ""]
+    lines += ["Cosine with each reward's reference (main sample; fold-jackknife intervals):", ""]
+    lines += reward_cosine_lines(records) if records else [NOT_YET, ""]
+    lines += ["### What the placebo replayed", "", *placebo_lines(results, state, samples)]
+    lines += [
+        "The weights' effective share of tokens and their overlap with the top-20% entropy "
+        f"tokens: {NOT_YET} (the measure pass does not store them).",
+        "",
+    ]
+    return lines
+
+
+# ----------------------------------------------------------------------------- first plan
+
+
+def first_plan_lines(results: Path) -> list[str]:
+    """The first plan's primary contrasts: the pre-registered tests (paired t, Holm over the
+    6) beside the fold jackknife's on the same states measured again with folds
+    (`FOLDS_RESULTS`), and the second plan's estimators there."""
+    measured = primary_tests(load_measures(results))
+    again = load_measures(Path(results) / FOLDS_RESULTS)
+    header = [
+        "state",
+        "contrast",
+        "pre-registered: mean [95% paired t]",
+        "Holm p (the first plan's tests)",
+    ]
+    header += ["measured again: fold jackknife [95% interval] (n: folds)", "p"]
+    rows, new = [], []
+    for state in STATES:
+        records = again.get(state, {}).get("main", [])
+        folded = plan_2_tests(records, PRIMARY_CONTRASTS)
+        for contrast, test in zip(PRIMARY_CONTRASTS, folded, strict=True):
+            pre = next(
+                (t for t in measured if t["state"] == state and t["contrast"] == contrast), None
+            )
+            cells = [state, " - ".join(contrast)]
+            cells += [_test_cell(pre["test"]), _p(pre["holm_p"])] if pre else [NOT_YET, "–"]
+            jack = test["test"]
+            cells += [_test_cell(jack), _p(jack["p"])] if jack else [NOT_YET, "–"]
+            rows.append(cells)
+        for test in plan_2_tests(records, FIRST_STATES_NEW):
+            jack = test["test"]
+            cells = [state, " - ".join(test["contrast"])]
+            new.append(
+                [*cells, _test_cell(jack), _p(jack["p"])] if jack else [*cells, NOT_YET, "–"]
+            )
+    return [
+        "## The first plan's states, measured again with folds",
+        "",
+        "The first plan's primary contrasts with the intervals it pre-registered (which stay as "
+        "they were) and, beside them, with fold-jackknife intervals from the same committed "
+        f"samples measured again with folds (`{FOLDS_RESULTS}/`):",
+        "",
+        *_table(header, rows),
+        "",
+        "The second plan's estimators on them (fold jackknife, uncorrected):",
+        "",
+        *_table(["state", "contrast", "fold jackknife [95% interval] (n: folds)", "p"], new),
+        "",
+    ]
+
+
+def write_plan_2_report(results: Path) -> Path:
+    """`plan-2-report.md` of the results folder, from the results files alone."""
+    results = Path(results)
+    plan = stored_plan_2(results)
+    lines = [
+        "# Whose information moves the step? (update quality, the second plan)",
+        "",
+        "Generated by `python benchmarks/update_quality.py --report` from the files in this "
+        f"folder: `plan-2.json` (its text `plan-2.md`), the second plan's state, and `{FOLDS_RESULTS}/` "
+        "(the first plan's states measured again with folds). The first plan's report is "
+        "`README.md`.",
+        "",
+    ]
+    for state in PLAN_2_STATES:
+        lines += state_lines(results, state, plan)
+    lines += first_plan_lines(results)
+    path = results / REPORT_2
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,420 @@
+"""The second plan's power step, tests, reading and report (benchmarks/update_quality_plan2_*.py)
+on planted results: records shaped as the measure pass writes them (dots with each fold's
+reference) from vectors whose contrasts' signs and sizes are set, checked against the same
+quantities computed here from the vectors themselves with numpy and scipy."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import update_quality as uq  # noqa: E402
+import update_quality_plan2 as plan2  # noqa: E402
+import update_quality_plan2_analysis as analysis2  # noqa: E402
+import update_quality_plan2_report as report2  # noqa: E402
+
+VARIANTS = ("grpo", "gdpo", "mrtpo", "placebo", "shuffled", "entropy", "generic", "contrastive")
+PLAN = plan2.plan_2()
+FIXTURE = Path(__file__).resolve().parent / "data" / "update-quality-plan2-report"
+STATE = "qwen_instructions"
+
+
+@dataclass
+class Planted:
+    """A sample's vectors: each mini-batch's part of each reward's reference [n, K, D] and each
+    variant's gradient at beta 1 [n, D]; the mini-batches' folds are b % folds."""
+
+    parts: np.ndarray
+    vectors: dict[str, np.ndarray]
+    folds: int = 4
+
+
+def plant(batches: int, shifts: dict[str, float], seed: int, own: float = 0.02) -> Planted:
+    """Two rewards whose references add up to e0 per mini-batch (plus noise); gdpo's gradient
+    e0 + 2 e2 + noise; a variant's gdpo's plus shifts[variant] e0 plus a little of its own:
+    at any beta, a larger shift points the blend further along the reference."""
+    rng = np.random.default_rng(seed)
+    dimension = 8
+    means = np.zeros((2, dimension))
+    means[:, 0], means[0, 1], means[1, 1] = 0.5, 0.5, -0.5
+    parts = means + 0.3 * rng.standard_normal((batches, 2, dimension))
+    gdpo = np.zeros((batches, dimension))
+    gdpo[:, 0], gdpo[:, 2] = 1.0, 2.0
+    gdpo += 0.3 * rng.standard_normal((batches, dimension))
+    vectors = {"gdpo": gdpo}
+    for variant in VARIANTS:
+        if variant != "gdpo":
+            shifted = gdpo.copy()
+            shifted[:, 0] += shifts.get(variant, 0.0)
+            vectors[variant] = shifted + own * rng.standard_normal((batches, dimension))
+    return Planted(parts, vectors)
+
+
+def records(
+    planted: Planted, variants: tuple[str, ...] = VARIANTS, folds: bool = True
+) -> list[dict]:
+    """The measure pass's records of the planted sample (`measure_batch`'s keys), as stored."""
+    parts, count = planted.parts, planted.folds
+    fold_sums = np.stack([parts[f::count].sum(axis=0) for f in range(count)])  # [F, K, D]
+    out = []
+    for batch in range(len(parts)):
+        fold = batch % count
+        references = fold_sums.copy()
+        references[fold] -= parts[batch]
+        by_reward = references.transpose(1, 0, 2)  # [K, F, D]
+        fold_gram = np.einsum("afd,bgd->abfg", by_reward, by_reward)
+        gdpo = planted.vectors["gdpo"][batch]
+        directions = {}
+        for variant in variants:
+            vector = planted.vectors[variant][batch]
+            fold_dots = by_reward @ vector  # [K, F]
+            directions[variant] = {
+                "ref_dots": fold_dots.sum(axis=1).tolist(),
+                "norm2": float(vector @ vector),
+                "dot_gdpo": float(vector @ gdpo),
+                **({"ref_fold_dots": fold_dots.tolist()} if folds else {}),
+            }
+        record = {
+            "batch": batch,
+            "reward_names": ["constraint_0", "constraint_1"],
+            "ref_gram": fold_gram.sum(axis=(2, 3)).tolist(),
+            "directions": directions,
+        }
+        if folds:
+            record.update(folds=count, fold=fold, ref_fold_gram=fold_gram.tolist())
+        out.append(json.loads(json.dumps(record)))
+    return out
+
+
+SPECS = {"gdpo": ("gdpo", 0.0), "mrtpo(0.5)": ("mrtpo", 0.5), "placebo(0.5)": ("placebo", 0.5)}
+SPECS["contrastive(0.5)"] = ("contrastive", 0.5)
+
+
+def hand_difference(planted: Planted, first: str, second: str, left_out: int | None) -> float:
+    """The mean cosine difference over the mini-batches, from the vectors: with fold
+    `left_out` (or none) out of the mini-batches and out of every reference."""
+    n = len(planted.parts)
+    kept = [b for b in range(n) if left_out is None or b % planted.folds != left_out]
+    summed = planted.parts.sum(axis=1)
+
+    def cosine(name: str, batch: int) -> float:
+        variant, beta = SPECS[name]
+        vector = (1 - beta) * planted.vectors["gdpo"][batch]
+        vector = vector + beta * planted.vectors[variant][batch]
+        reference = sum(summed[b] for b in kept if b != batch)
+        return float(vector @ reference / np.linalg.norm(vector) / np.linalg.norm(reference))
+
+    return float(np.mean([cosine(first, b) - cosine(second, b) for b in kept]))
+
+
+def hand_power(effect: float, error: float, pilot: int, n: int, alpha: float) -> float:
+    """P(|T| > t_crit) for T = (Z + shift) / sqrt(V / df), V chi-square on df = min(4, n) - 1
+    folds less one, shift = effect over the pilot's SE scaled to n: integrated over V."""
+    from scipy import integrate
+
+    degrees = min(4, n) - 1
+    shift = effect / (error * math.sqrt(pilot / n))
+    critical = stats.t.ppf(1 - alpha / 2, degrees)
+
+    def rejected(v: float) -> float:
+        bound = critical * math.sqrt(v / degrees)
+        tails = stats.norm.sf(bound - shift) + stats.norm.cdf(-bound - shift)
+        return tails * stats.chi2.pdf(v, degrees)
+
+    return integrate.quad(rejected, 0, np.inf, epsabs=1e-12, epsrel=1e-10)[0]
+
+
+PILOT_SHIFTS = {"mrtpo": 0.4, "placebo": 0.3, "generic": 0.3, "contrastive": 0.5}
+
+
+def planted_pilot() -> Planted:
+    """The pilot: 8 mini-batches, noisy enough that the sample size is not trivial."""
+    return plant(8, PILOT_SHIFTS, seed=4, own=0.3)
+
+
+PILOT_RUN = {
+    "lanes": {
+        "0": {"cpu_seconds": {"sample": 500.0, "reference": 1500.0, "measure": 3000.0}},
+        "1": {"cpu_seconds": {"sample": 400.0, "reference": 1400.0, "measure": 3200.0}},
+    }
+}
+
+
+def test_the_power_step_equals_a_hand_computation():
+    planted = planted_pilot()
+    power = analysis2.power_2(records(planted), PILOT_RUN, PLAN, prompt_batches=72)
+    alpha = 0.05 / 3
+    summed = planted.parts.sum(axis=1)
+    gdpo_mean = np.mean(
+        [
+            planted.vectors["gdpo"][b]
+            @ (summed.sum(0) - summed[b])
+            / np.linalg.norm(planted.vectors["gdpo"][b])
+            / np.linalg.norm(summed.sum(0) - summed[b])
+            for b in range(8)
+        ]
+    )
+    effect = 0.2 * abs(gdpo_mean)
+    assert power["gdpo_mean_cosine"] == pytest.approx(gdpo_mean, rel=1e-9)
+    assert power["effect"] == pytest.approx(effect, rel=1e-9)
+    assert power["alpha"] == pytest.approx(alpha)
+    for first, second in plan2.PRIMARY_CONTRASTS_2:
+        stored = power["contrasts"][f"{first} - {second}"]
+        deleted = np.array([hand_difference(planted, first, second, f) for f in range(4)])
+        error = math.sqrt(3 / 4 * np.sum((deleted - deleted.mean()) ** 2))
+        assert stored["difference_mean"] == pytest.approx(
+            hand_difference(planted, first, second, None), rel=1e-9
+        )
+        assert stored["jackknife_se"] == pytest.approx(error, rel=1e-9)
+        needed = stored["needed_batches"]  # the fewest: power rises with n
+        assert hand_power(effect, error, 8, needed, alpha) >= 0.8
+        assert hand_power(effect, error, 8, needed - 1, alpha) < 0.8
+        assert stored["power_at_batches"] == pytest.approx(
+            hand_power(effect, error, 8, power["batches"], alpha), rel=1e-7
+        )
+    # the planted signs: mrtpo above gdpo (shift 0.4), contrastive above mrtpo (0.1)
+    assert power["contrasts"]["mrtpo(0.5) - gdpo"]["difference_mean"] > 0
+    assert power["contrasts"]["contrastive(0.5) - mrtpo(0.5)"]["difference_mean"] > 0
+    # the budget: 10 CPU-hours over the pilot's 10,000 CPU seconds / 8 mini-batches
+    assert power["cost"]["per_batch"] == pytest.approx(1250.0)
+    assert power["caps"] == {"budget": 28, "prompts": 72, "max_batches": None}
+    needed = power["contrasts"]["mrtpo(0.5) - gdpo"]["needed_batches"]
+    assert power["needed_batches"] == needed > 28  # the budget binds
+    assert power["batches"] == 28 and power["cap"] == 28
+    assert power["main_cpu_hours"] == pytest.approx(28 * 1250 / 3600)
+
+
+def test_a_tighter_cap_and_no_cost_record():
+    pilot = records(planted_pilot())
+    capped = analysis2.power_2(pilot, PILOT_RUN, PLAN, prompt_batches=72, max_batches=5)
+    assert capped["cap"] == 5 and capped["batches"] == min(5, capped["needed_batches"])
+    free = analysis2.power_2(pilot, None, PLAN)
+    assert free["cost"] is None and free["caps"]["budget"] is None
+    assert free["batches"] == free["needed_batches"] and free["main_cpu_hours"] is None
+    with pytest.raises(ValueError, match="without folds"):
+        analysis2.power_2(records(planted_pilot(), folds=False), None, PLAN)
+
+
+def test_the_power_command_writes_the_sizing_beside_the_unchanged_plan(tmp_path):
+    plan2.store(tmp_path)
+    stored = (tmp_path / plan2.PLAN_2_FILE).read_bytes()
+    folder = tmp_path / STATE / "pilot"
+    for record in records(planted_pilot()):
+        uq.write_json(folder / "measures" / f"batch{record['batch']:03d}.json", record)
+    uq.write_json(folder / uq.RUN_FILE, PILOT_RUN)
+    assert uq.main(["--results", str(tmp_path), "--power", "--state", STATE]) == 0
+    power = json.loads((tmp_path / STATE / uq.POWER_FILE).read_text())
+    assert power["caps"]["prompts"] == (320 - 32) // 4  # the bundled train split's prompts
+    assert uq.main_batches(tmp_path, STATE) == power["batches"]
+    assert (tmp_path / plan2.PLAN_2_FILE).read_bytes() == stored
+
+
+def _adjusted_by_hand(pvalues: list[float]) -> list[float]:
+    order = sorted(range(3), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * 3, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+# Planted patterns and the reading each selects (placebo and contrastive: above or not).
+PATTERNS = [
+    (
+        {"mrtpo": 0.6, "placebo": 0.0, "generic": 0.0, "contrastive": 0.6},
+        {"gdpo": "above", "placebo": "above", "contrastive": "not above", "generic": "not equal"},
+    ),
+    (
+        {"mrtpo": 0.6, "placebo": 0.6, "generic": 0.6, "contrastive": 1.4},
+        {"gdpo": "above", "placebo": "not above", "contrastive": "above", "generic": "equal"},
+    ),
+    (
+        {"mrtpo": -0.6, "placebo": -0.6, "generic": -0.6, "contrastive": -1.4},
+        {"gdpo": "below", "placebo": "not above", "contrastive": "not above", "generic": "equal"},
+    ),
+    (
+        {"mrtpo": 0.0, "placebo": 0.0, "generic": 0.5, "contrastive": 0.0},
+        {
+            "gdpo": "none",
+            "placebo": "not above",
+            "contrastive": "not above",
+            "generic": "not equal",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("shifts", "expected"), PATTERNS)
+def test_holm_and_the_reading_each_planted_pattern_selects(shifts, expected):
+    main = records(plant(16, shifts, seed=11, own=0.002))
+    tests = analysis2.plan_2_tests(main, plan2.PRIMARY_CONTRASTS_2, 0.05)
+    pvalues = [t["test"]["p"] for t in tests]
+    for test, adjusted in zip(tests, _adjusted_by_hand(pvalues), strict=True):
+        assert test["holm_p"] == pytest.approx(adjusted, rel=1e-12)
+        assert test["significant"] == (adjusted <= 0.05)
+        assert test["paired"]["n"] == 16 and test["test"]["n"] == 4
+    (generic,) = analysis2.plan_2_tests(main, [("mrtpo(0.5)", "generic(0.5)")])
+    chosen = analysis2.pattern(tests, generic["test"], effect=0.05)
+    assert chosen == expected
+    values = uq.per_estimator(main, estimators=plan2.ESTIMATORS_2)
+    lines = report2.reading_lines(tests, generic["test"], {"effect": 0.05}, values, "SHARES")
+    for role, reading in chosen.items():
+        text = analysis2.READINGS[role, reading].split("(")[0].strip()
+        assert sum(text in line for line in lines) == 1, (role, reading)
+    assert ("(SHARES)" in "".join(lines)) == (chosen["placebo"] == "not above")
+    # each planted contrast: its sign where it is planted non-zero, no difference where zero
+    for (first, second), test in zip(plan2.PRIMARY_CONTRASTS_2, tests, strict=True):
+        planted = shifts.get(SPECS[first][0], 0.0) - shifts.get(SPECS[second][0], 0.0)
+        assert analysis2.outcome(test) == np.sign(round(planted, 9))
+
+
+def test_a_contrast_not_measured_is_said_so_and_does_not_fail():
+    main = records(plant(8, PILOT_SHIFTS, seed=5), variants=("grpo", "gdpo", "mrtpo"))
+    tests = analysis2.plan_2_tests(main, plan2.PRIMARY_CONTRASTS_2, 0.05)
+    assert [t["measured"] for t in tests] == [True, False, False]
+    assert tests[0]["holm_p"] == tests[0]["test"]["p"]  # Holm over the one test present
+    table = "\n".join(report2.tests_table(tests, corrected=True))
+    assert "| mrtpo(0.5) - placebo(0.5) | not measured yet |" in table
+    assert analysis2.reward_cosine_test(main, "generic(0.5)", 0) is None
+    assert analysis2.plan_2_tests([], plan2.PRIMARY_CONTRASTS_2, 0.05)[0]["test"] is None
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _sample(batch: int, rng: np.random.Generator) -> dict:
+    """A sampled mini-batch of 4 prompts x 4 responses, two constraint slots: the prompts of
+    odd index have no second constraint (score NaN, no information); some responses stop at
+    the cap (256 ids)."""
+    rewards, verdicts = [], [[], []]
+    completion_ids = []
+    for row in range(16):
+        prompt = 4 * batch + row // 4
+        scores = [float(rng.integers(0, 2)), float(rng.integers(0, 2))]
+        infos = [f"Constraint 0 of prompt {prompt}.", f"Constraint 1 of prompt {prompt}."]
+        if prompt % 2:
+            scores[1], infos[1] = float("nan"), ""
+        rewards.append(scores)
+        for k in range(2):
+            verdicts[k].append([None if math.isnan(scores[k]) else scores[k], infos[k], []])
+        completion_ids.append([5] * (256 if rng.random() < 0.15 else int(rng.integers(10, 40))))
+    return {
+        "prompt_ids": [[1, 2, 3]] * 16,
+        "completion_ids": completion_ids,
+        "rewards": rewards,
+        "reward_names": ["constraint_0", "constraint_1"],
+        "verdicts": verdicts,
+    }
+
+
+def build_fixture(folder: Path) -> None:
+    """The report fixture: the second plan stored; its state's pilot (8 mini-batches, run.json,
+    samples of its first 3 mini-batches, as of the main sample's), the power step's power.json
+    (capped at 8), a main sample of 8; the first
+    plan's qwen_sql main sample (no folds) and the same measured again with folds, without the
+    second plan's variants (smollm2_tool_calling: nothing)."""
+    plan2.store(folder)
+    rng = np.random.default_rng(0)
+    pilot = records(planted_pilot())
+    state = folder / STATE
+    for sample, measured in (("pilot", pilot), ("main", records(plant(8, PATTERNS[0][0], 7)))):
+        for record in measured:
+            name = f"batch{record['batch']:03d}.json"
+            uq.write_json(state / sample / "measures" / name, record)
+            if record["batch"] < 3:
+                uq.write_json(state / sample / "samples" / name, _sample(record["batch"], rng))
+    uq.write_json(state / "pilot" / uq.RUN_FILE, PILOT_RUN)
+    power = analysis2.power_2(pilot, PILOT_RUN, PLAN, prompt_batches=72, max_batches=8)
+    uq.write_json(state / uq.POWER_FILE, power)
+    sql = plant(8, {"mrtpo": 0.3, "placebo": 0.25, "shuffled": -0.1}, seed=9)
+    for root, folded in ((folder, False), (folder / report2.FOLDS_RESULTS, True)):
+        for record in records(sql, VARIANTS[:6], folds=folded):
+            name = f"batch{record['batch']:03d}.json"
+            uq.write_json(root / "qwen_sql" / "main" / "measures" / name, record)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != report2.REPORT_2
+    }
+
+
+def test_the_fixture_is_the_planted_one(tmp_path):
+    """The committed fixture holds what `build_fixture` writes (the known answers above)."""
+    build_fixture(tmp_path)
+    assert _files(tmp_path) == _files(FIXTURE)
+
+
+def test_the_report_regenerates_byte_for_byte_and_reads_the_planted_pattern(tmp_path):
+    """The report of the committed fixture is byte for byte the plan-2-report.md committed
+    beside it. After an intended change of the report: `python benchmarks/update_quality.py
+    --results tests/data/update-quality-plan2-report --report` (and delete the README.md and
+    cosines.png it writes beside it)."""
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    expected = (FIXTURE / report2.REPORT_2).read_bytes()
+    assert report2.write_plan_2_report(tmp_path).read_bytes() == expected
+    text = expected.decode()
+    assert "### main: 8 mini-batches\n" in text
+    assert (
+        "- mrtpo(0.5) above placebo(0.5) " in text
+        and "the information matters (the replay's weights" in text
+    )
+    assert "- contrastive(0.5) not above mrtpo(0.5) " in text
+    assert "the plain replay stays the default" in text
+    # the first plan's pre-registered contrasts beside the same samples' fold jackknife
+    pre = uq.primary_tests(uq.load_measures(tmp_path))
+    sql = {t["contrast"]: t["test"] for t in pre if t["state"] == "qwen_sql"}
+    again = uq.load_measures(tmp_path / report2.FOLDS_RESULTS)["qwen_sql"]["main"]
+    for contrast, test in sql.items():
+        fold = uq.fold_test(again, *contrast)
+        assert fold["mean"] == pytest.approx(test["mean"], rel=1e-9)
+        row = (
+            f"| qwen_sql | {' - '.join(contrast)} | {test['mean']:+.4f} [{test['low']:+.4f}, "
+            f"{test['high']:+.4f}] (n = 8) |"
+        )
+        assert row in text
+    assert "| qwen_sql | mrtpo(0.5) - generic(0.5) | not measured yet | – |" in text
+    assert "| smollm2_tool_calling | mrtpo(0.5) - gdpo | not measured yet | – |" in text
+
+
+def test_the_report_before_any_measurement_says_not_measured_yet(tmp_path):
+    plan2.store(tmp_path)
+    text = report2.write_plan_2_report(tmp_path).read_text()
+    assert "Pilot and power: not measured yet." in text
+    assert "No reading yet: the main sample's primary tests are not measured yet." in text
+    assert "| mrtpo(0.5) - gdpo | not measured yet | – | – | – | – |" in text
+
+
+def test_the_committed_report_regenerates_from_the_committed_files(tmp_path):
+    committed = Path(__file__).resolve().parents[1] / uq.RESULTS
+    copy = tmp_path / "update-quality"
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns(uq.CHECKPOINTS))
+    regenerated = report2.write_plan_2_report(copy).read_bytes()
+    assert regenerated == (committed / report2.REPORT_2).read_bytes()
+
+
+def test_the_jackknife_error_and_a_power_at_a_large_shift():
+    """`jackknife_error` by hand; `t_power` where scipy's far tail turns NaN (a shift of 40 on
+    3 degrees of freedom) against the integral; `paired_power` through it as before."""
+    from paired_stats import jackknife_error, paired_power, t_power
+
+    deleted = [0.1, 0.3, 0.2, 0.4]
+    assert jackknife_error(deleted) == pytest.approx(math.sqrt(3 / 4 * 0.05), rel=1e-12)
+    alpha = 0.05 / 3
+    for shift in (2.5, 40.0, -40.0):
+        # hand_power's shift is effect / (error * sqrt(pilot / n)): 1 / (1 / |shift|) at n = 4
+        assert t_power(shift, 3, alpha) == pytest.approx(
+            hand_power(1.0, 1 / abs(shift), 4, 4, alpha), rel=1e-7
+        )
+    assert paired_power(1.0, 1.0, 10, 0.05) == pytest.approx(0.803, abs=0.005)
