@@ -239,6 +239,61 @@ def test_the_agreement_equals_gradients_computed_apart(tmp_path):
     assert torch.allclose((r_second * mask).sum(1), torch.zeros(len(mask)), atol=1e-5)
 
 
+@pytest.mark.parametrize("position", [0, 1], ids=["first-micro-batch", "later-micro-batch"])
+def test_a_micro_batch_without_advantages_is_probed_without_a_forward(
+    tmp_path, monkeypatch, position
+):
+    """Every advantage 0 (all of a micro-batch's groups tied): the probe's sums and reference
+    change exactly as the forward and two backward passes change them, and none of those runs."""
+    trainer = train(
+        tmp_path,
+        trainer_class=RecordingProbes,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        gradient_accumulation_steps=2,
+        max_completion_length=8,
+        max_steps=1,
+        mrtpo_beta="auto",
+        mrtpo_beta_probe_every=1,
+    )
+    inputs, uniform, _, _ = trainer.probes[1]
+    zeros = torch.zeros_like(uniform)
+    trainer._position_in_step = (trainer.state.global_step, position)
+    saved = {i: ref.clone() for i, ref in trainer._auto_reference.items()}
+    assert saved and all(ref.abs().sum() > 0 for ref in saved.values())
+
+    def probe(shortcut: bool):
+        trainer._auto_reference = {i: ref.clone() for i, ref in saved.items()}
+        trainer._auto_sums = torch.tensor([0.5, 2.0, 3.0], dtype=torch.float64)
+        if not shortcut:  # the forward and both backward passes, on zero advantages
+            monkeypatch.setattr(mrtpo.trainer_beta_auto, "nothing_to_probe", lambda u, r: False)
+        forwards = []
+        original = trainer._get_per_token_logps_and_entropies
+        monkeypatch.setattr(
+            trainer,
+            "_get_per_token_logps_and_entropies",
+            lambda *a, **k: forwards.append(1) or original(*a, **k),
+        )
+        trainer._probe_gradients(inputs, zeros, zeros)
+        monkeypatch.undo()
+        kept = {i: ref for i, ref in trainer._auto_reference.items() if ref.abs().sum() > 0}
+        return trainer._auto_sums.clone(), kept, len(forwards)
+
+    fast_sums, fast_reference, fast_forwards = probe(shortcut=True)
+    slow_sums, slow_reference, slow_forwards = probe(shortcut=False)
+    assert (fast_forwards, slow_forwards) == (0, 1)
+    reference_sq = sum(torch.dot(r.flatten(), r.flatten()).double() for r in saved.values())
+    assert fast_sums[:2].tolist() == slow_sums[:2].tolist() == [0.5, 2.0]  # g_R = 0
+    assert fast_sums[2].item() == pytest.approx(3.0 + reference_sq.item(), rel=1e-12)
+    assert slow_sums[2].item() == pytest.approx(fast_sums[2].item(), rel=1e-9)
+    # At a step's first micro-batch its g_U (all zeros) replaces the reference; later, the
+    # reference is kept as it was (zeros added).
+    expected = {} if position == 0 else saved
+    for reference in (fast_reference, slow_reference):
+        assert reference.keys() == expected.keys()
+        assert all(torch.equal(reference[i], expected[i]) for i in expected)
+
+
 @pytest.mark.parametrize(
     "settings",
     [

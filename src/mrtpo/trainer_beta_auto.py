@@ -57,6 +57,11 @@ STATE_FILE = "mrtpo_beta_auto.json"
 logger = logging.getLogger("mrtpo.trainer")
 
 
+def nothing_to_probe(uniform: torch.Tensor, reallocation: torch.Tensor) -> bool:
+    """Whether a micro-batch's probe gradients are both 0: every U_t and R_t is 0 ((B, T) each)."""
+    return not (bool(uniform.any()) or bool(reallocation.any()))
+
+
 class AutoBetaMixin:
     """The `mrtpo_beta: auto` methods of `mrtpo.trainer.MRTPOTrainer` (module docstring).
 
@@ -183,6 +188,9 @@ class AutoBetaMixin:
 
         uniform, reallocation: (B, T) U_t and R_t of the micro-batch's rows.
         """
+        if nothing_to_probe(uniform, reallocation):
+            self._probe_without_gradients()
+            return
         model = self.accelerator.unwrap_model(self.model)  # no DDP hook: local gradients
         params = [p for p in model.parameters() if p.requires_grad]
         index = {id(p): i for i, p in enumerate(params)}
@@ -245,6 +253,18 @@ class AutoBetaMixin:
                 p.grad = grad
         if replace:  # the previous reference's tensors are released here
             self._auto_reference = fresh
+
+    def _probe_without_gradients(self) -> None:
+        """The probe of a micro-batch whose every advantage is 0 (every group's rewards equal,
+        common on a small model early on): g_R = g_U = 0, so the sums and the reference change
+        as the two backward passes would change them, without the forward or the backward.
+        The pair still counts: |reference|^2 joins the sums (the cosine is over the pairs)."""
+        reference = self._auto_reference
+        if reference is not None:
+            for ref in reference.values():
+                self._auto_sums[2] += torch.dot(ref.flatten(), ref.flatten()).double()
+        if reference is None or self._position_in_step[1] == 0:
+            self._auto_reference = {}  # this micro-batch's g_U, all zeros, replaces it
 
     def _finish_auto_step(self) -> None:
         """At a step's last micro-batch: on a probed step, the probe's agreement over every
