@@ -188,6 +188,21 @@ class RecordingProbes(MRTPOTrainer):
         super()._probe_gradients(inputs, uniform, reallocation)
 
 
+def one_probed_step(tmp_path) -> RecordingProbes:
+    """One optimizer step of two micro-batches, both probed (their inputs kept)."""
+    return train(
+        tmp_path,
+        trainer_class=RecordingProbes,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        gradient_accumulation_steps=2,
+        max_completion_length=8,
+        max_steps=1,
+        mrtpo_beta="auto",
+        mrtpo_beta_probe_every=1,
+    )
+
+
 def _policy_gradient(trainer, model, inputs, token_advantages) -> torch.Tensor:
     """-grad of sum(A_t logp_t) / trained tokens, flattened, from a plain per-row forward of
     the model (logits at the sampling temperature, as TRL's loss takes them)."""
@@ -213,17 +228,7 @@ def test_the_agreement_equals_gradients_computed_apart(tmp_path):
     """One step of two micro-batches: the first has no reference; the second's g_R is compared
     with the first's g_U. The logged agreement is their cosine, computed here from whole
     gradient vectors (a plain per-row forward, not the shared-prompt one the probe uses)."""
-    trainer = train(
-        tmp_path,
-        trainer_class=RecordingProbes,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        gradient_accumulation_steps=2,
-        max_completion_length=8,
-        max_steps=1,
-        mrtpo_beta="auto",
-        mrtpo_beta_probe_every=1,
-    )
+    trainer = one_probed_step(tmp_path)
     assert len(trainer.probes) == 2
     (first, u_first, _, state), (second, _, r_second, state_second) = trainer.probes
     assert all(torch.equal(state[k], state_second[k]) for k in state)  # one step's parameters
@@ -245,17 +250,7 @@ def test_a_micro_batch_without_advantages_is_probed_without_a_forward(
 ):
     """Every advantage 0 (all of a micro-batch's groups tied): the probe's sums and reference
     change exactly as the forward and two backward passes change them, and none of those runs."""
-    trainer = train(
-        tmp_path,
-        trainer_class=RecordingProbes,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        gradient_accumulation_steps=2,
-        max_completion_length=8,
-        max_steps=1,
-        mrtpo_beta="auto",
-        mrtpo_beta_probe_every=1,
-    )
+    trainer = one_probed_step(tmp_path)
     inputs, uniform, _, _ = trainer.probes[1]
     zeros = torch.zeros_like(uniform)
     trainer._position_in_step = (trainer.state.global_step, position)
