@@ -38,10 +38,19 @@ so a measurement resumes on another machine from the same responses.
 The second plan (`update_quality_plan2.py`, `plan-2.json`) has its own state, power step and
 report (`update_quality_plan2_analysis.py`, `update_quality_plan2_report.py`):
 `--power --state qwen_instructions` sizes its main sample by its rule and budget, and
-`--report` writes `plan-2-report.md` beside README.md.
+`--report` writes `plan-2-report.md` beside README.md. Its new-token cap is decided after the
+pilot's samples (`--sample pilot --sample_only`, then `--decide_cap`: `update_quality_cap.py`)
+into `qwen_instructions/cap.json`, which every later step reads.
+
+What a run keeps of the rewards' own references (`--reward_references per_fold|whole|none`;
+the summed reward's is always kept per fold) and what that costs: `update_quality_references.py`.
+A run whose references do not fit `--memory_limit_gb` (default: this machine's memory less a
+margin for the model) is refused before any pass, naming the setting that fits;
+`--memory_estimate` prints the three settings' estimates without running.
 
 The code: `update_quality_states.py` (the states, the plan, sampling), `update_quality_passes.py`
-(the gradient passes, lanes, resuming), `update_quality_analysis.py` (measures, tests, power),
+(the gradient passes, lanes), `update_quality_resume.py` (resuming), `update_quality_weights.py`
+(the weights' statistics), `update_quality_analysis.py` (measures, tests, power),
 `update_quality_report.py` (the report); the paired statistics in `paired_stats.py`. This script
 is the command line, and the one name (`import update_quality`) under which the rest is reached.
 
@@ -63,11 +72,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired_stats import paired_power  # noqa: E402, F401
 from update_quality_analysis import *  # noqa: E402, F403
 from update_quality_analysis import load_measures, power_calculation, precision_comparison  # noqa: E402
+from update_quality_cap import *  # noqa: E402, F403
+from update_quality_cap import decide_cap, lane_cap  # noqa: E402
 from update_quality_passes import *  # noqa: E402, F403
-from update_quality_passes import Lane, run_lane  # noqa: E402
+from update_quality_passes import Lane, lane_memory, run_lane  # noqa: E402
 from update_quality_plan2 import PLAN_2_FILE, plan_2  # noqa: E402
 from update_quality_plan2_analysis import power_2, stored_plan_2  # noqa: E402
 from update_quality_plan2_report import write_plan_2_report  # noqa: E402
+from update_quality_references import *  # noqa: E402, F403
+from update_quality_references import REWARD_REFERENCES, config_parameters, estimate  # noqa: E402
 from update_quality_report import *  # noqa: E402, F403
 from update_quality_report import write_report  # noqa: E402
 from update_quality_states import *  # noqa: E402, F403
@@ -87,6 +100,7 @@ from update_quality_states import (  # noqa: E402
     state_dir,
     write_json,
 )
+from update_quality_weights import *  # noqa: E402, F403
 
 # ----------------------------------------------------------------------------- command line
 
@@ -106,6 +120,22 @@ def prompt_batches(state: State) -> int:
     from mrtpo import tasks
 
     return max_batches(len(tasks.get(state.task).load("train", path=state.data)), "main")
+
+
+def memory_estimate(lane: Lane) -> list[str]:
+    """Each `--reward_references` setting's estimate for a lane's run, from the policy's config
+    and the task's rewards (no weights read; the cold start counted as the model it starts
+    from)."""
+    import convergence
+
+    from mrtpo import tasks
+    from mrtpo.models import resolve_model_path
+
+    state = ALL_STATES[lane.state_name]
+    model = convergence._default_model() if state.model == "cold_start" else state.model
+    parameters = config_parameters(resolve_model_path(model))
+    settings = lane_memory(lane, parameters, len(tasks.get(state.task).verifiers()))
+    return [estimate(**{**settings, "mode": mode}).describe() for mode in REWARD_REFERENCES]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,6 +182,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mini-batch (default 4)",
     )
     add(
+        "--reward_references",
+        choices=REWARD_REFERENCES,
+        default="per_fold",
+        help="what is kept of the rewards' own references (the summed reward's is kept per "
+        "fold): per_fold, whole (one sum per reward: per-reward cosines with paired-t "
+        "intervals) or none (per-reward cosines not measured); update_quality_references.py",
+    )
+    add(
+        "--memory_limit_gb",
+        type=float,
+        help="what the references may take (default: this machine's memory less, per lane, the "
+        "model's weights, gradient and a flat copy, a chunked layout's gradient sums and 4 GB)",
+    )
+    add(
+        "--memory_estimate",
+        action="store_true",
+        help="print each --reward_references setting's memory estimate for this run, then stop",
+    )
+    add(
+        "--cap",
+        type=int,
+        help="the second plan's new-token cap: a pilot sampled again at it (with --sample_only, "
+        "into <state>/pilot-cap<cap>/), or --decide_cap by hand; otherwise cap.json's",
+    )
+    add("--sample_only", action="store_true", help="sample the mini-batches, then stop")
+    add(
+        "--decide_cap",
+        action="store_true",
+        help="decide the second plan's cap from its pilots' samples by the plan's rule (or "
+        "--cap N --reason TEXT by hand) into <state>/cap.json, then stop",
+    )
+    add("--reason", help="--decide_cap --cap: why the cap is decided by hand")
+    add(
         "--power",
         action="store_true",
         help="size the main sample from the pilot, then stop (the second plan's state: by its "
@@ -177,6 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.state is None:
         parser.error("--state is required unless --report")
+    if args.decide_cap:
+        decided = decide_cap(
+            args.results, args.state, stored_plan_2(args.results), args.cap, args.reason
+        )
+        print(json.dumps(decided, indent=1))
+        return 0
     if args.compare_with is not None:
         measured = [
             load_measures(r).get(args.state, {}).get(args.sample)
@@ -211,9 +280,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--folds must be at least 1, got {args.folds}")
     if not 0 <= args.lane < args.lanes:
         parser.error(f"--lane must be in [0, --lanes), got {args.lane} of {args.lanes}")
-    record_plan(args.results)
-    if args.state in PLAN_2_STATES:  # the second plan, stored before its first measurement
-        record_plan(args.results, plan_2(), PLAN_2_FILE)
+    only_sampling = args.sample_only or args.memory_estimate  # (the cap sets no memory)
+    cap = lane_cap(args.results, args.state, args.sample, args.cap, only_sampling)
+    if not args.memory_estimate:
+        record_plan(args.results)
+        if args.state in PLAN_2_STATES:  # the second plan, stored before its first measurement
+            record_plan(args.results, plan_2(), PLAN_2_FILE)
     batches = PILOT_BATCHES if args.sample == "pilot" else main_batches(args.results, args.state)
     lane = Lane(
         args.results,
@@ -228,7 +300,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.recompute,
         args.bf16,
         folds=args.folds,
+        reward_references=args.reward_references,
+        memory_limit_gb=args.memory_limit_gb,
+        cap=cap,
+        sample_only=args.sample_only,
     )
+    if args.memory_estimate:
+        print("\n".join(memory_estimate(lane)))
+        return 0
     run_lane(lane)
     return 0
 

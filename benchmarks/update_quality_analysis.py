@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from paired_stats import fold_jackknife, holm, paired_power, paired_t
 from update_quality_plan2 import ESTIMATORS_2
+from update_quality_references import record_mode
 from update_quality_states import (
     ALPHA,
     EFFECT_SHARE,
@@ -59,29 +60,35 @@ def load_measures(
     return out
 
 
-def direction(record: Mapping[str, Any], estimator: str) -> dict[str, float]:
-    """An estimator's dots on one mini-batch: ref_dots [K], norm2, diff2 (its squared distance
-    from gdpo's gradient). At beta < 1 a token-level variant is the blend
-    (1 - beta) g_gdpo + beta g_variant(1), whose dots are bilinear in the measured ones."""
+DOTS = ("ref_dots", "reward_dots")  # a direction's dots with references (reward_dots: `whole`)
+
+
+def direction(record: Mapping[str, Any], estimator: str) -> dict[str, Any]:
+    """An estimator's dots on one mini-batch: ref_dots [K] (with the references kept per fold:
+    the rewards', or the summed reward's alone), reward_dots (with the rewards' whole
+    references, where kept so), norm2, diff2 (its squared distance from gdpo's gradient). At
+    beta < 1 a token-level variant is the blend (1 - beta) g_gdpo + beta g_variant(1), whose
+    dots are bilinear in the measured ones."""
     variant, beta = ALL_ESTIMATORS[estimator]
     measured = record["directions"]
     gdpo = measured["gdpo"]
+    one = measured[variant]
     if beta is None:
-        one = measured[variant]
         cross = one.get("dot_gdpo", one["norm2"] if variant == "gdpo" else float("nan"))
         return {
-            "ref_dots": list(one["ref_dots"]),
+            **{key: list(one[key]) for key in DOTS if key in one},
             "norm2": one["norm2"],
             "diff2": one["norm2"] - 2 * cross + gdpo["norm2"] if variant != "gdpo" else 0.0,
         }
-    one = measured[variant]
     cross = one["dot_gdpo"]
-    dots = [
-        (1 - beta) * a + beta * b for a, b in zip(gdpo["ref_dots"], one["ref_dots"], strict=True)
-    ]
+    dots = {
+        key: [(1 - beta) * a + beta * b for a, b in zip(gdpo[key], one[key], strict=True)]
+        for key in DOTS
+        if key in one
+    }
     norm2 = (1 - beta) ** 2 * gdpo["norm2"] + 2 * beta * (1 - beta) * cross + beta**2 * one["norm2"]
     diff2 = beta**2 * (one["norm2"] - 2 * cross + gdpo["norm2"])
-    return {"ref_dots": dots, "norm2": norm2, "diff2": diff2}
+    return {**dots, "norm2": norm2, "diff2": diff2}
 
 
 def batch_measures(
@@ -90,9 +97,14 @@ def batch_measures(
     """One estimator on one mini-batch: cosine with the summed-reward reference and with each
     reward's, the gradient norm, the first-order gain of the clipped step and the norm of the
     difference from gdpo's gradient. `batches`: the sample's number of mini-batches (the
-    reference averages over the other ones' prompts)."""
+    reference averages over the other ones' prompts). weights: the rewards' in the sum (a
+    record with the rewards' references per fold only). The per-reward cosines: with the
+    rewards' references per fold or whole, as the record kept them; NaN where it kept none."""
     values = direction(record, estimator)
     gram = np.asarray(record["ref_gram"], dtype=float)
+    mode = record_mode(record)
+    if weights is not None and mode != "per_fold":
+        raise ValueError(f"a record with --reward_references {mode} holds the summed reward only")
     c = np.ones(len(gram)) if weights is None else np.asarray(weights, dtype=float)
     dots = np.asarray(values["ref_dots"], dtype=float)
     norm = math.sqrt(max(values["norm2"], 0.0))
@@ -102,11 +114,16 @@ def batch_measures(
         raise ValueError(
             f"batches must be at least 2 (the reference is the others'), got {batches}"
         )
+    if mode != "per_fold":  # the rewards' own references: kept whole, or not kept
+        gram = np.asarray(record.get("reward_gram", np.zeros((0, 0))), dtype=float)
+        dots = np.asarray(values.get("reward_dots", []), dtype=float)
     return {
         "cosine": _safe_ratio(summed_dot, norm * summed_norm),
         "reward_cosines": [
             _safe_ratio(float(dots[k]), norm * math.sqrt(max(gram[k, k], 0.0)))
-            for k in range(len(dots))
+            if k < len(dots)
+            else float("nan")
+            for k in range(len(record["reward_names"]))
         ],
         "norm": norm,
         "gain": summed_dot / per_prompt / max(MAX_GRAD_NORM, norm),

@@ -1,6 +1,7 @@
 """The update-quality benchmark's gradient passes (`update_quality.py`): every estimator's
 update and the leave-batch-out references as flat gradients, the reference and measure passes,
-the lanes that share them, and the checks that let a pass resume only where it can."""
+the lanes that share them (the checks that let a pass resume only where it can:
+`update_quality_resume.py`; what the references cost: `update_quality_references.py`)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import convergence  # a sibling script: the cold start, the machine
+import convergence  # a sibling script: the cold start
 import numpy as np
+import update_quality_resume as resume  # by its module: the tests replace its engine
+from update_quality_references import (
+    SUMMED,
+    check_memory,
+    folded,
+    reference_names,
+    trainable_parameters,
+)
+from update_quality_resume import (  # noqa: F401  (reached as update_quality.<name>)
+    FLAGS,
+    benchmark_files,
+    check_part,
+    code_digest,
+    engine,
+    file_digest,
+    reference_settings,
+    sample_path,
+)
 from update_quality_states import (
     ALL_STATES,
     CHECKPOINTS,
     GROUP_SIZE,
     PLAN_2_STATES,
+    PROMPTS_PER_BATCH,
     RESPONSE_LEVEL,
     RUN_FILE,
     TOKEN_VARIANTS,
@@ -35,6 +55,7 @@ from update_quality_states import (
     state_dir,
     write_json,
 )
+from update_quality_weights import batch_weight_statistics
 
 # ----------------------------------------------------------------------------- directions
 
@@ -56,13 +77,15 @@ def estimator_advantages(
     scored: Any,
     batch: int,
     variants: Mapping[str, Mapping[str, Any]] = TOKEN_VARIANTS,
+    tokens: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Each directly measured estimator's advantages on the batch, made by the trainer's code:
     grpo and gdpo (Tensor[N]) by the registry as `_generate_and_score_completions` calls it;
     each token-level variant (Tensor[N, T]) by `_token_advantages` at beta 1 (its replay, or
     the entropy forward), with the variant's switches set. The step (`global_step`) is the
     mini-batch's index: the placebo's pairing and the shuffle's permutation are the ones the
-    trainer would draw at that step."""
+    trainer would draw at that step. tokens: filled with each variant's `TokenAdvantages`
+    (its weights and replay: the weight statistics')."""
     import torch
 
     from mrtpo import advantages
@@ -86,6 +109,8 @@ def estimator_advantages(
         with configured(trainer, mrtpo_beta=1.0, mrtpo_warmup_steps=0, **switches):
             token = trainer._token_advantages(scored, step, GROUP_SIZE, output)
         out[name] = token.advantages
+        if tokens is not None:
+            tokens[name] = token
     return out
 
 
@@ -237,11 +262,16 @@ def _chunk_backwards(
     trainer.reused = None
 
 
-def reference_coefficients(scored: Any, names: Sequence[str]) -> dict[str, Any]:
-    """`batch_gradients`' entries of the per-reward references: ("sequence", a_k) with a_k
-    each response's leave-one-out advantage of reward k."""
+def reference_coefficients(
+    scored: Any, names: Sequence[str], mode: str = "per_fold"
+) -> dict[str, Any]:
+    """`batch_gradients`' entries of the references `mode` keeps (`reference_names`):
+    ("sequence", a) with a each response's leave-one-out advantage of reward k ("ref/<k>"),
+    or of the summed reward (SUMMED: the sum over the rewards of theirs)."""
     centred = leave_one_out(scored.rewards.float().cpu())
-    return {f"ref/{name}": ("sequence", centred[:, k]) for k, name in enumerate(names)}
+    columns = {f"ref/{name}": centred[:, k] for k, name in enumerate(names)}
+    columns[SUMMED] = centred.sum(dim=1)
+    return {name: ("sequence", columns[name]) for name in reference_names(names, mode)}
 
 
 # ----------------------------------------------------------------------------- the passes
@@ -258,16 +288,18 @@ def reference_pass(
     layout: Mapping[str, Any] | None = None,
     sums: dict[str, Any] | None = None,
     fold: int = 0,
+    mode: str = "per_fold",
 ) -> dict[str, Any]:
-    """The batch's own part of each per-reward reference, added into `sums` under its fold
-    (in place, each gradient as it arrives: no second copy of a 0.5B model's references) and
-    returned: {"ref/<reward>#<fold>": vector}. layout: `batch_gradients`' rows_per_forward and
-    recompute; fold: the mini-batch's fold (`fold_of`)."""
+    """The batch's own part of each reference `mode` keeps (`--reward_references`), added
+    into `sums` under its fold (in place, each gradient as it arrives: no second copy of a 0.5B
+    model's references) and returned: {"<reference>#<fold>": vector}, a reference kept whole
+    under fold 0. layout: `batch_gradients`' rows_per_forward and recompute; fold: the
+    mini-batch's fold (`fold_of`)."""
     inputs, scored = batch_inputs(trainer, record)
     sums = {} if sums is None else sums
 
     def add(name: str, vector: Any) -> None:
-        key = fold_key(name, fold)
+        key = fold_key(name, fold if folded(name, mode) else 0)
         if key in sums:
             sums[key].add_(vector)
         else:
@@ -276,7 +308,7 @@ def reference_pass(
     batch_gradients(
         trainer,
         inputs,
-        reference_coefficients(scored, record["reward_names"]),
+        reference_coefficients(scored, record["reward_names"], mode),
         add,
         **(layout or {}),
     )
@@ -298,28 +330,41 @@ def measure_batch(
     layout: Mapping[str, Any] | None = None,
     folds: int = 1,
     variants: Mapping[str, Mapping[str, Any]] = TOKEN_VARIANTS,
+    mode: str = "per_fold",
 ) -> dict[str, Any]:
     """Every direction of one mini-batch against its leave-batch-out references, split by fold.
 
-    totals: {"ref/<reward>#<fold>": the sum of the fold's mini-batches' parts}
-    (`reference_pass`); folds: their number. The mini-batch's reference restricted to fold f is
-    that sum, less the mini-batch's own part in its own fold; the whole reference is the sum
-    over the folds. Each dot product with a reference is kept per fold, so that the analysis
-    can leave a fold out of the references and the mini-batches alike (the fold jackknife,
+    totals: {"<reference>#<fold>": the sum of the fold's mini-batches' parts} (`reference_pass`
+    with the same `mode`, the `--reward_references` kept); folds: their number. The
+    mini-batch's reference restricted to fold f is that sum, less the mini-batch's own part in
+    its own fold; the whole reference is the sum over the folds. Each dot product with a
+    reference kept per fold is kept per fold, so that the analysis can leave a fold out of the
+    references and the mini-batches alike (the fold jackknife,
     `update_quality_analysis.fold_tests`) or judge on some folds what was chosen on others.
     store_dtype: the references and gdpo's gradient are held in it while the other gradients
     stream past ("bfloat16" halves them: the 0.5B model's references; every dot product is
-    still taken in float64 against the float32 gradient). Memory: K x folds references.
-    Returns the dot products the report needs: the references' Gram matrix (whole, and per
-    pair of folds), and per measured direction its dots with each reference (whole, and per
-    fold), its squared norm and its dot with gdpo's.
+    still taken in float64 against the float32 gradient). Memory: the references `mode` keeps
+    (`update_quality_references`).
+    Returns the dot products the report needs: the Gram matrix of the references kept per fold
+    (whole, and per pair of folds), and per measured direction its dots with each of them
+    (whole, and per fold), its squared norm and its dot with gdpo's. The references kept per
+    fold are the rewards' (`per_fold`: "ref_*" over the rewards) or the summed reward's alone
+    (`whole`, `none`: "ref_*" over it); `whole` adds each direction's dots with the rewards'
+    whole references ("reward_dots") and their Gram matrix ("reward_gram"). And the weights'
+    statistics (`update_quality_weights`).
     """
     inputs, scored = batch_inputs(trainer, record)
-    names = [f"ref/{name}" for name in record["reward_names"]]
-    coefficients = reference_coefficients(scored, record["reward_names"])
+    coefficients = reference_coefficients(scored, record["reward_names"], mode)
+    names = [name for name in coefficients if folded(name, mode)]
+    whole = [name for name in coefficients if not folded(name, mode)]
+    kept_references = set(coefficients)
+    tokens: dict[str, Any] = {}
     started = time.perf_counter()
-    estimated = estimator_advantages(trainer, inputs, scored, batch, variants)
+    estimated = estimator_advantages(trainer, inputs, scored, batch, variants, tokens)
     advantage_seconds = time.perf_counter() - started
+    width = inputs["completion_ids"].shape[1]
+    weights = batch_weight_statistics(tokens, scored.trained_mask(width))
+    del tokens
     coefficients.update(estimated)
     import torch
 
@@ -330,11 +375,12 @@ def measure_batch(
     directions: dict[str, dict[str, Any]] = {}
 
     def take(name: str, vector: Any) -> None:
-        if name in names:  # the other mini-batches' part, per fold: less this one's in its own
-            for fold in range(folds):
+        if name in kept_references:  # the other mini-batches' part: less this one's own
+            span, own = (folds, own_fold) if name in names else (1, 0)
+            for fold in range(span):
                 total = totals[fold_key(name, fold)]
                 references[name, fold] = (
-                    difference(total, vector, dtype) if fold == own_fold else total.to(dtype)
+                    difference(total, vector, dtype) if fold == own else total.to(dtype)
                 )
             return
         fold_dots = [[dot(vector, references[r, f]) for f in range(folds)] for r in names]
@@ -343,6 +389,8 @@ def measure_batch(
             "ref_fold_dots": fold_dots,
             "norm2": dot(vector, vector),
         }
+        if whole:
+            entry["reward_dots"] = [dot(vector, references[r, 0]) for r in whole]
         if "gdpo" in kept:
             entry["dot_gdpo"] = dot(vector, kept["gdpo"])
         if name == "gdpo":
@@ -365,18 +413,25 @@ def measure_batch(
         for a in range(len(names))
     ]
     gram = [[float(np.sum(pair)) for pair in row] for row in fold_gram]
-    return {
+    measured = {
         "batch": batch,
         "folds": folds,
         "fold": own_fold,
         "reward_names": record["reward_names"],
+        "reward_references": mode,
         "rewards_mean": np.nanmean(np.array(record["rewards"], dtype=float), axis=0).tolist(),
         "varying_pairs_share": _varying_share(scored.rewards),
         "ref_gram": gram,
         "ref_fold_gram": fold_gram,
         "directions": directions,
+        "weights": weights,
         "seconds": {"advantages": advantage_seconds, "gradients": time.perf_counter() - started},
     }
+    if whole:
+        measured["reward_gram"] = [
+            [dot(references[a, 0], references[b, 0]) for b in whole] for a in whole
+        ]
+    return measured
 
 
 def _varying_share(rewards: Any) -> float:
@@ -413,10 +468,15 @@ class Lane:
     waited: float = field(default=0.0)
     # the folds the references are split into (at most one per mini-batch: `fold_count`)
     folds: int = 4
+    # the rewards' references kept (`update_quality_references`): per_fold, whole or none
+    reward_references: str = "per_fold"
+    memory_limit_gb: float | None = None  # what the references may take (None: the machine's)
+    cap: int | None = None  # the new-token cap (None: the state's, or its decided one)
+    sample_only: bool = False  # sample the mini-batches, then stop (a pilot at a cap)
 
     @property
     def folder(self) -> Path:
-        return sample_dir(self.results, self.state_name, self.sample)
+        return sample_dir(self.results, self.state_name, self.sample, self.cap)
 
     @property
     def layout(self) -> dict[str, Any]:
@@ -475,22 +535,39 @@ def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
         lane.folder / CHECKPOINTS / "trainer",
         lane.device,
         bf16=lane.bf16,
+        **({} if lane.cap is None else {"max_completion_length": lane.cap}),
     )
     return trainer, dataset, task, tokenizer, state
 
 
-def sample_path(lane: Lane, batch: int) -> Path:
-    return lane.folder / "samples" / f"batch{batch:03d}.json"
-
-
-def variants_of(state: str) -> Mapping[str, Mapping[str, Any]]:
+def variants_of(state: str, results: Path | None = None) -> Mapping[str, Mapping[str, Any]]:
     """The token-level variants measured on a state: its plan's (the second plan's add the
-    generic context and contrastive relevance)."""
-    if state in PLAN_2_STATES:
-        from update_quality_plan2 import TOKEN_VARIANTS_2
+    generic context and contrastive relevance); the first plan's states measured again into
+    the second plan's re-measurement folder (`results` named FOLDS_RESULTS: `folds/`) get the
+    second plan's too, one set for every re-measurement."""
+    from update_quality_plan2 import FOLDS_RESULTS, TOKEN_VARIANTS_2
 
-        return TOKEN_VARIANTS_2
-    return TOKEN_VARIANTS
+    again = results is not None and Path(results).name == FOLDS_RESULTS
+    return TOKEN_VARIANTS_2 if state in PLAN_2_STATES or again else TOKEN_VARIANTS
+
+
+def lane_memory(lane: Lane, parameters: int, rewards: int) -> dict[str, Any]:
+    """`update_quality_references.estimate`'s settings of a lane's run, for a model of
+    `parameters` trainable parameters and `rewards` rewards."""
+    rows = GROUP_SIZE * PROMPTS_PER_BATCH
+    chunked = lane.rows_per_forward is not None and lane.rows_per_forward < rows
+    return {
+        "parameters": parameters,
+        "rewards": rewards,
+        "mode": lane.reward_references,
+        "folds": lane.fold_count,
+        "batches": lane.batches,
+        "lanes": lane.lanes,
+        "store_dtype": lane.store_dtype,
+        "directions": len(RESPONSE_LEVEL) + len(variants_of(lane.state_name, lane.results)),
+        "chunked": chunked and not lane.recompute,
+        "limit_gb": lane.memory_limit_gb,
+    }
 
 
 def measure_path(lane: Lane, batch: int) -> Path:
@@ -510,14 +587,30 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
     limit = max_batches(len(dataset), lane.sample)
     if lane.batches > limit:
         raise SystemExit(f"{lane.sample}: at most {limit} mini-batches of these prompts")
+    where = f"{lane.state_name} {lane.folder.name}"
+    sizes = trainable_parameters(trainer.model), len(trainer.reward_funcs)
+    memory = None if lane.sample_only else check_memory(where, **lane_memory(lane, *sizes))
     record = read_json(lane.folder / RUN_FILE) or {"lanes": {}}
+    cap = trainer.args.max_completion_length
+    if record.setdefault("max_completion_length", cap) != cap:
+        raise SystemExit(
+            f"{lane.folder / RUN_FILE}: sampled at {record['max_completion_length']} new tokens, "
+            f"this run at {cap}: a sample has one cap"
+        )
     info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
     policy = {}
     if state.model == "cold_start" and lane.model_path is None:  # rebuilt per machine: which one
         policy["cold_start_sha256"] = convergence.weights_digest(Path(policy_path(lane, state)))
-    code = engine()
-    info["sessions"].append({**_machine(lane), **code, **lane.precision, **lane.layout, **policy})
-    settings = reference_settings(lane, code["commit"], policy.get("cold_start_sha256"))
+    code = resume.engine()
+    session = {**resume.machine(lane), **code, **lane.precision, **lane.layout, **policy}
+    session["reward_references"] = lane.reward_references
+    if memory is not None:
+        session["memory_estimate_gb"] = {
+            "reference": memory.reference_gb, "measure": memory.measure_gb,
+            "limit": memory.limit_gb, "disk": memory.disk_gb,
+        }  # fmt: skip
+    info["sessions"].append(session)
+    settings = resume.reference_settings(lane, code["commit"], policy.get("cold_start_sha256"))
     info["batches"] = lane.batches
     write_json(lane.folder / RUN_FILE, record)
 
@@ -538,6 +631,8 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         rows = [dataset[i] for i in batch_rows(len(dataset), state.seed, lane.sample, batch)]
         write_json(sample_path(lane, batch), sample_batch(trainer, rows, seed_base + batch))
         spend("sample", started)
+    if lane.sample_only:
+        return
 
     path = reference_path(lane, lane.lane)
     partial = {"batches": [], "sums": {}, "settings": settings, "samples": {}}
@@ -550,7 +645,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         started = time.process_time()
         record = read_json(sample_path(lane, batch))
         fold = fold_of(batch, lane.fold_count)
-        reference_pass(trainer, record, lane.layout, partial["sums"], fold)
+        reference_pass(trainer, record, lane.layout, partial["sums"], fold, lane.reward_references)
         partial["batches"].append(batch)
         partial["samples"][batch] = file_digest(sample_path(lane, batch))
         torch.save(partial, path.with_name(path.name + ".tmp"))
@@ -571,7 +666,8 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
             lane.store_dtype,
             lane.layout,
             lane.fold_count,
-            variants_of(lane.state_name),
+            variants_of(lane.state_name, lane.results),
+            lane.reward_references,
         )
         write_json(measure_path(lane, batch), measured)
         spend("measure", started)
@@ -613,116 +709,3 @@ def wait_for_totals(lane: Lane, poll_seconds: float, settings: Mapping[str, Any]
                 return torch.load(total_path, mmap=True)["sums"]
         time.sleep(poll_seconds)
         lane.waited += poll_seconds
-
-
-# ----------------------------------------------------------------------------- resuming
-
-# The settings a sample's passes must share, kept in each reference part (and the total): the
-# code, the policy, and the flags that make the computation (precision, storage of the
-# references in the measure pass, layout, lanes). A resume with another value is refused. The
-# threads and the machine are not among them: they change only the rounding, and a lane may
-# resume on another machine. The sample files are checked by their digests, per mini-batch.
-FLAGS = {"bf16": "--bf16", "store_dtype": "--store_dtype", "lanes": "--lanes",
-         "rows_per_forward": "--rows_per_forward", "recompute": "--recompute",
-         "folds": "--folds"}  # fmt: skip
-
-
-def reference_settings(lane: Lane, commit: str | None, cold_start: str | None) -> dict[str, Any]:
-    policy = cold_start or lane.model_path or ALL_STATES[lane.state_name].model
-    flags = {name: getattr(lane, name) for name in FLAGS}
-    flags["folds"] = lane.fold_count  # the folds the sums are kept in
-    return {"commit": commit, "code_sha256": code_digest(), "policy": policy, **flags}
-
-
-def benchmark_files() -> list[Path]:
-    """The benchmark's own sources: `update_quality.py`, its modules and the statistics."""
-    here = Path(__file__).resolve().parent
-    return [*sorted(here.glob("update_quality*.py")), here / "paired_stats.py"]
-
-
-def code_digest() -> str:
-    """sha256 of the benchmark's sources and the mrtpo package's: the code, committed or not."""
-    import hashlib
-
-    import mrtpo
-
-    package = Path(mrtpo.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in benchmark_files():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def file_digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def check_part(
-    part: Mapping[str, Any], path: Path, lane: Lane, settings: Mapping[str, Any]
-) -> None:
-    """Refuse a reference part made with other settings than `settings`, or from another
-    sample file than the one now in the folder, naming the setting and how to go on."""
-    checkpoints = lane.folder / CHECKPOINTS
-    redo = f"or delete {checkpoints} to redo the reference pass"
-    stored = part.get("settings")
-    if stored is None:
-        raise SystemExit(f"{path} was written before the settings were kept with it: {redo[3:]}")
-    for name, new in settings.items():
-        old = stored.get(name)
-        if old == new:
-            continue
-        if name in FLAGS:
-            flag = FLAGS[name]
-            same = f"pass {flag}" if old is True else f"pass {flag} {old}"
-            how = f"leave out {flag}" if old in (False, None) else same
-            how += " as the reference pass did"
-        elif name == "commit":
-            how = f"run from a checkout of {old} (git worktree add --detach DIR {old})"
-        elif name == "code_sha256":
-            how = "run with the code as it was (src/mrtpo or the benchmark changed, uncommitted)"
-        else:
-            how = f"run with the policy the reference pass used ({old})"
-        raise SystemExit(
-            f"{path}: made with {name} = {old!r}, this run has {name} = {new!r}: to resume, "
-            f"{how}; {redo} with {name} = {new!r}"
-        )
-    for batch in part["batches"]:
-        sample = sample_path(lane, batch)
-        now = file_digest(sample) if sample.is_file() else "missing"
-        if part["samples"].get(batch) != now:
-            raise SystemExit(
-                f"{path}: mini-batch {batch}'s sample {sample} is not the one its reference part "
-                f"was made from (sha256 {part['samples'].get(batch)}, now {now}): restore that "
-                f"file, {redo}"
-            )
-
-
-def engine() -> dict[str, Any]:
-    """The commit of the code measuring (this benchmark's checkout), and whether its src/ or the
-    benchmark's files differed from it: a measurement runs on one engine."""
-    import subprocess
-
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--", "../src", *(p.name for p in benchmark_files())],
-            cwd=here, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "uncommitted_changes": None}
-    return {"commit": commit, "uncommitted_changes": bool(changed)}
-
-
-def _machine(lane: Lane) -> dict[str, Any]:
-    import torch
-
-    return convergence.machine(
-        argparse.Namespace(threads=torch.get_num_threads(), device=lane.device)
-    )

@@ -59,6 +59,9 @@ SECONDARY_CONTRASTS_2 = (
     ("placebo(0.5)", "gdpo"),
 )
 FOLDS = 4  # the references' folds (`update_quality.py --folds`): the jackknife's F
+# The first plan's states measured again with folds: a results folder of its own, whose first
+# plan states get the second plan's variants too (`update_quality_passes.variants_of`).
+FOLDS_RESULTS = "folds"
 CAP_CANDIDATES = (256, 384, 512)
 CAP_SHARE = 0.2
 BUDGET_CPU_HOURS = 10.0
@@ -150,6 +153,75 @@ def plan_2(states: dict[str, Any] | None = None) -> dict[str, Any]:
         "budget_cpu_hours": BUDGET_CPU_HOURS,
         "max_grad_norm": MAX_GRAD_NORM,
     }
+
+
+# ----------------------------------------------------------------------------- deviations
+
+DEVIATIONS_DATE = "2026-12-05"
+# The installed Qwen2.5-Coder-0.5B-Instruct's trainable parameters (its input and output
+# embeddings untied: 494M with them tied), counted from its config
+# (`update_quality_references.config_parameters`).
+QWEN_PARAMETERS = 630_167_424
+
+
+def deviations_2() -> list[str]:
+    """The deviations from the stored plan, decided before any measurement of its state, with
+    their reasons (the report's section; plan-2.json and plan-2.md stay as stored)."""
+    from update_quality_references import estimate
+
+    def memory(mode: str, rewards: int) -> Any:
+        return estimate(QWEN_PARAMETERS, rewards, mode, FOLDS, 16, store_dtype="bfloat16")
+
+    planned, whole, none = (memory(mode, 6) for mode in ("per_fold", "whole", "none"))
+    sql_whole, sql_none = memory("whole", 3), memory("none", 3)
+    return [
+        f"## Deviations from the stored plan (decided {DEVIATIONS_DATE}, before any measurement "
+        "of its state)",
+        "",
+        "`plan-2.json` and `plan-2.md` stay as stored. Four things the stored plan asks could "
+        "not run as written or had no place to be kept; each was decided before the first "
+        "sample of `qwen_instructions`:",
+        "",
+        "1. **The rewards' references: per fold for the summed reward only.** The plan keeps "
+        f"each reward's reference per fold: {planned.vectors} vectors (6 rewards x {FOLDS} folds) "
+        f"of the installed Qwen2.5-Coder-0.5B-Instruct's {QWEN_PARAMETERS:,} trainable "
+        f"parameters (its embeddings untied), {planned.reference_gb:.1f} GB in float32 in the "
+        f"reference pass, {planned.measure_gb:.1f} GB in bfloat16 in the measure pass, up to "
+        f"{planned.disk_gb:.0f} GB of checkpoints; the machines have 25 GB of memory. The "
+        "primary endpoint and its fold jackknife need the summed reward's reference per fold "
+        f"alone ({none.vectors} vectors). `--reward_references` sets what is kept of the "
+        "rewards' own: `per_fold` (as planned, the default), `whole` (one sum per reward: the "
+        "per-reward cosines then get paired-t intervals over mini-batches, which do not count "
+        "the shared reference), `none` (the per-reward cosines and the cosines between the "
+        "rewards' references are not measured: 'not measured (memory)'). Each run estimates "
+        "its references' memory before any pass and is refused where they do not fit, naming "
+        "the setting that does (`update_quality_references.py`). qwen_instructions runs with "
+        f"`none` ({none.reference_gb:.1f} GB in the reference pass, {none.measure_gb:.1f} GB in "
+        f"the measure pass; `whole`: {whole.reference_gb:.1f} GB), and so does Qwen SQL's "
+        f"re-measurement (`whole`: {sql_whole.reference_gb:.1f} GB, `none`: "
+        f"{sql_none.reference_gb:.1f} GB); SmolLM2's keeps `per_fold`.",
+        "2. **The cap, decided after the pilot in a file of its own.** The stored state keeps "
+        f"{CAP_CANDIDATES[0]} new tokens; the rule's decision is written after the pilot's "
+        "samples to `qwen_instructions/cap.json` (`--decide_cap`: by the rule, or by hand "
+        "with its reason recorded), which the pilot's measurement, the power step and the main "
+        "sample read. The pilot is sampled alone first (`--sample_only`), so no pass runs at a "
+        "cap the rule then drops; a pilot sampled again at a longer cap has its own folder "
+        f"(`pilot-cap{CAP_CANDIDATES[1]}/`, `pilot-cap{CAP_CANDIDATES[2]}/`: the same prompts "
+        "and seeds).",
+        "3. **One set of variants for the re-measured first-plan states.** Measured again into "
+        f"`{FOLDS_RESULTS}/`, SmolLM2 tool calling and Qwen SQL get the first plan's variants "
+        "and `generic` and `contrastive`, so that the second plan's controls and variant are "
+        "measured on all three states; the first plan's committed measures stay as they are.",
+        "4. **The weight statistics, stored by the measure pass.** Per mini-batch, for each "
+        "token-level variant but `shuffled` (mrtpo's weights permuted within the row: the same "
+        "share, an overlap of 1/5 in expectation) and each reward: the effective share of "
+        "tokens (sum w)^2 / (T sum w^2) over the response's trained tokens (the end token "
+        "included), averaged over the replayed (row, reward) pairs, and the overlap of the "
+        "top-fifth weighted tokens with the policy's top-fifth entropy tokens (the entropy "
+        "control's forward; ties share their places), at beta 1 (`update_quality_weights.py`); "
+        "the report gives their mean over the mini-batches and the range.",
+        "",
+    ]
 
 
 def store(results: Path = RESULTS) -> Path:

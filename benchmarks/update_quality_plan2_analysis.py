@@ -33,6 +33,7 @@ from update_quality_analysis import (
     per_estimator,
 )
 from update_quality_plan2 import PLAN_2_FILE, plan_2
+from update_quality_references import record_mode
 from update_quality_states import read_json
 
 # ----------------------------------------------------------------------------- the plan
@@ -210,14 +211,23 @@ def reward_cosine_test(
     records: Sequence[Mapping[str, Any]], estimator: str, reward: int
 ) -> dict[str, float] | None:
     """An estimator's mean cosine with one reward's reference (the mini-batches where it is
-    defined) and its fold-jackknife interval; None where not measured, or where it is not
-    defined on every fold's deletion (a reward with no varying group left)."""
-    if not measurable(records, estimator):
+    defined) and its fold-jackknife interval; where the rewards' references were kept whole
+    (`--reward_references whole`), the paired t's over the mini-batches instead. None where
+    not measured (or not kept: `none`), or where it is not defined on every fold's deletion (a
+    reward with no varying group left)."""
+    if not measurable(records, estimator) or record_mode(records[0]) == "none":
         return None
 
+    def cosines(kept: Sequence[Mapping[str, Any]]) -> list[float]:
+        values = [batch_measures(r, estimator, 2)["reward_cosines"][reward] for r in kept]
+        return [c for c in values if not math.isnan(c)]
+
+    if record_mode(records[0]) == "whole":
+        defined = cosines(records)
+        return paired_t(defined) if len(defined) > 1 else None
+
     def statistic(kept: Sequence[Mapping[str, Any]]) -> float:
-        cosines = [batch_measures(r, estimator, 2)["reward_cosines"][reward] for r in kept]
-        defined = [c for c in cosines if not math.isnan(c)]
+        defined = cosines(kept)
         return float(np.mean(defined)) if defined else float("nan")
 
     values = fold_statistic(records, statistic)

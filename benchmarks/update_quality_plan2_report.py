@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 from update_quality_analysis import load_measures, per_estimator, primary_tests
-from update_quality_plan2 import ESTIMATORS_2, PLAN_2_STATES
+from update_quality_cap import capped_share
+from update_quality_plan2 import ESTIMATORS_2, FOLDS_RESULTS, PLAN_2_STATES, deviations_2
 from update_quality_plan2_analysis import (
     READINGS,
     pattern,
@@ -22,27 +23,31 @@ from update_quality_plan2_analysis import (
     reward_cosine_test,
     stored_plan_2,
 )
+from update_quality_references import record_mode
 from update_quality_report import (
-    _capped,
     _p,
     estimator_table,
-    load_samples,
     placebo_share_rows,
     reference_correlations,
 )
 from update_quality_states import (
     ALL_STATES,
+    CAP_FILE,
     POWER_FILE,
     PRIMARY_CONTRASTS,
     SAMPLES,
     STATES,
+    load_samples,
     read_json,
     state_dir,
 )
+from update_quality_weights import weight_summary
 
 REPORT_2 = "plan-2-report.md"
-FOLDS_RESULTS = "folds"  # the first plan's states measured again with folds: a results folder
 NOT_YET = "not measured yet"
+NO_MEMORY = (
+    "not measured (memory): the rewards' own references were not kept (`--reward_references none`)"
+)
 # The second plan's estimators on the first plan's states (plan-2.json's "Secondary").
 FIRST_STATES_NEW = (
     ("mrtpo(0.5)", "generic(0.5)"),
@@ -143,32 +148,36 @@ def power_lines(power: Mapping[str, Any] | None) -> list[str]:
 
 
 def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
-    """The share of responses at the new-token cap, per sample, and what the cap rule says."""
-    cap = ALL_STATES[state].max_completion_length
+    """The share of responses at the new-token cap: each pilot sampled (one per candidate cap
+    the rule reached) and the main sample; then the decision stored in cap.json."""
+    decision = read_json(state_dir(results, state) / CAP_FILE)
     rule = plan["cap_rule"]
-    rows, pilot_share = [], None
-    for sample in SAMPLES:
-        capped = [
-            c for r in load_samples(results, state, sample).values() for c in _capped(r, state)
-        ]
-        if not capped:
-            rows.append([sample, NOT_YET, "–"])
-            continue
-        share = sum(capped) / len(capped)
-        pilot_share = share if sample == "pilot" else pilot_share
-        rows.append([sample, str(len(capped)), f"{sum(capped)} ({share:.1%})"])
-    lines = _table(["sample", "responses", f"at the cap ({cap} new tokens)"], rows)
-    if pilot_share is not None:
-        keep = pilot_share <= rule["max_capped_share"]
-        later = [c for c in rule["candidates"] if c > cap]
-        verdict = (
-            f"at most {rule['max_capped_share']:.0%}: the main sample keeps {cap}"
-            if keep or not later
-            else f"more than {rule['max_capped_share']:.0%}: the rule samples the pilot again "
-            f"at {later[0]}"
+    rows = []
+    for cap in rule["candidates"]:
+        share = capped_share(load_samples(results, state, "pilot", cap), state)
+        if share is not None or cap == rule["candidates"][0]:
+            rows.append([f"pilot at {cap}", *_share_cells(share)])
+    main = decision["cap"] if decision else ALL_STATES[state].max_completion_length
+    share = capped_share(load_samples(results, state, "main"), state)
+    rows.append([f"main at {main}", *_share_cells(share)])
+    lines = _table(["sample", "responses", "at the cap"], rows)
+    if decision is None:
+        how = f"not decided yet (no `{state}/{CAP_FILE}`: `--decide_cap` once the pilot is sampled)"
+    elif decision["decided_by"] == "hand":
+        how = f"**{decision['cap']}** new tokens, decided by hand: {decision['reason']}"
+    else:
+        how = (
+            f"**{decision['cap']}** new tokens, by the plan's rule (the first of "
+            f"{', '.join(map(str, rule['candidates']))} whose pilot has at most "
+            f"{rule['max_capped_share']:.0%} of its responses at the cap; the last if none)"
         )
-        lines += ["", f"The pilot's share at the cap is {verdict}."]
-    return [*lines, ""]
+    return [*lines, "", f"The cap ({state}/{CAP_FILE}): {how}.", ""]
+
+
+def _share_cells(share: Mapping[str, Any] | None) -> list[str]:
+    if share is None:
+        return [NOT_YET, "–"]
+    return [str(share["responses"]), f"{share['capped']} ({share['share']:.1%})"]
 
 
 def reading_lines(
@@ -214,14 +223,27 @@ def reading_lines(
 
 
 def reward_cosine_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Per estimator and reward: the mean cosine with that reward's reference, fold-jackknife
-    interval (n: folds); "–" where a reward's reference is not defined on every deletion."""
+    """Per estimator and reward: the mean cosine with that reward's reference and its interval:
+    the fold jackknife's (n: folds; "–" where a reward's reference is not defined on every
+    deletion), or, where the rewards' references were kept whole, the paired t's over
+    mini-batches; not measured where they were not kept."""
+    if not records:
+        return ["Cosine with each reward's reference (main sample):", "", NOT_YET, ""]
+    mode = record_mode(records[0])
+    if mode == "none":
+        return [f"Cosine with each reward's reference (main sample): {NO_MEMORY}.", ""]
+    interval = {
+        "per_fold": "fold-jackknife intervals",
+        "whole": "paired t intervals over mini-batches, which do not count the shared "
+        "reference: the rewards' references were kept whole (`--reward_references whole`)",
+    }[mode]
     names = records[0]["reward_names"]
     rows = [
         [name, *(_test_cell(reward_cosine_test(records, name, k)) for k in range(len(names)))]
         for name in ESTIMATORS_2
     ]
-    return [*_table(["estimator", *names], rows), ""]
+    intro = f"Cosine with each reward's reference (main sample; {interval}):"
+    return [intro, "", *_table(["estimator", *names], rows), ""]
 
 
 def placebo_lines(results: Path, state: str, samples: Mapping[str, Any]) -> list[str]:
@@ -234,9 +256,9 @@ def placebo_lines(results: Path, state: str, samples: Mapping[str, Any]) -> list
     lines += [*(_table(header, rows) if rows else [NOT_YET]), ""]
     lines += ["Cosine between the rewards' references (per mini-batch: mean, range):", ""]
     references = [
-        [sample, str(len(samples[sample])), "; ".join(reference_correlations(samples[sample]))]
+        [sample, str(len(records)), "; ".join(reference_correlations(records)) or NO_MEMORY]
         for sample in SAMPLES
-        if samples.get(sample) and len(samples[sample][0]["reward_names"]) > 1
+        if (records := samples.get(sample)) and len(records[0]["reward_names"]) > 1
     ]
     table = _table(["sample", "mini-batches", "reward pairs"], references)
     return [*lines, *(table if references else [NOT_YET]), ""]
@@ -277,15 +299,36 @@ def state_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]
     lines += reading_lines(primary, generic, power, values, shares_text(results, state))
     lines += ["### Secondary contrasts (uncorrected; the main sample)", ""]
     lines += [*tests_table(secondary, corrected=False), ""]
-    lines += ["Cosine with each reward's reference (main sample; fold-jackknife intervals):", ""]
-    lines += reward_cosine_lines(records) if records else [NOT_YET, ""]
+    lines += reward_cosine_lines(records)
     lines += ["### What the placebo replayed", "", *placebo_lines(results, state, samples)]
-    lines += [
-        "The weights' effective share of tokens and their overlap with the top-20% entropy "
-        f"tokens: {NOT_YET} (the measure pass does not store them).",
-        "",
-    ]
+    return [*lines, "### The weights (main sample)", "", *weight_lines(records)]
+
+
+def weight_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The weight statistics (`update_quality_weights`) per variant and reward: mean over the
+    mini-batches [min, max], at beta 1."""
+    if not any("weights" in r for r in records):
+        return [f"The weights' effective share of tokens and their entropy overlap: {NOT_YET}.", ""]
+    names = records[0]["reward_names"]
+    lines = []
+    for statistic, title in (
+        ("effective_share", "Effective share of tokens, (sum w)^2 / (T sum w^2)"),
+        (
+            "entropy_overlap",
+            "Share of the top-fifth weighted tokens among the top-fifth entropy ones",
+        ),
+    ):
+        summary = weight_summary(records, statistic)
+        rows = [
+            [variant, *(_range_cell(cell) for cell in cells)] for variant, cells in summary.items()
+        ]
+        lines += [f"{title} (mean over mini-batches [range], beta 1):", ""]
+        lines += [*_table(["variant", *names], rows), ""]
     return lines
+
+
+def _range_cell(cell: tuple[float, float, float, int] | None) -> str:
+    return "–" if cell is None else f"{cell[0]:.2f} [{cell[1]:.2f}, {cell[2]:.2f}]"
 
 
 # ----------------------------------------------------------------------------- first plan
@@ -304,7 +347,7 @@ def first_plan_lines(results: Path) -> list[str]:
         "Holm p (the first plan's tests)",
     ]
     header += ["measured again: fold jackknife [95% interval] (n: folds)", "p"]
-    rows, new = [], []
+    rows, new, weights = [], [], []
     for state in STATES:
         records = again.get(state, {}).get("main", [])
         folded = plan_2_tests(records, PRIMARY_CONTRASTS)
@@ -323,6 +366,7 @@ def first_plan_lines(results: Path) -> list[str]:
             new.append(
                 [*cells, _test_cell(jack), _p(jack["p"])] if jack else [*cells, NOT_YET, "–"]
             )
+        weights += [f"{state} (main sample):", "", *weight_lines(records)]
     return [
         "## The first plan's states, measured again with folds",
         "",
@@ -336,6 +380,9 @@ def first_plan_lines(results: Path) -> list[str]:
         "",
         *_table(["state", "contrast", "fold jackknife [95% interval] (n: folds)", "p"], new),
         "",
+        "The weights there:",
+        "",
+        *weights,
     ]
 
 
@@ -351,6 +398,7 @@ def write_plan_2_report(results: Path) -> Path:
         "(the first plan's states measured again with folds). The first plan's report is "
         "`README.md`.",
         "",
+        *deviations_2(),
     ]
     for state in PLAN_2_STATES:
         lines += state_lines(results, state, plan)

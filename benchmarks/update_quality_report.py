@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from paired_stats import paired_t
 from update_quality_analysis import contrast_tests, load_measures, per_estimator, primary_tests
+from update_quality_references import record_mode
 from update_quality_states import (
     ALL_STATES,
     EFFECT_SHARE,
@@ -25,6 +26,8 @@ from update_quality_states import (
     SAMPLES,
     SECONDARY_CONTRASTS,
     STATES,
+    capped,
+    load_samples,
     plan,
     read_json,
     sample_dir,
@@ -284,17 +287,6 @@ def write_report(results: Path = RESULTS) -> Path:
 EXPLORATORY_CONTRASTS = (("shuffled(0.5)", "gdpo"), ("mrtpo(1)", "mrtpo(0.5)"))
 
 
-def load_samples(results: Path, state: str, sample: str) -> dict[int, dict[str, Any]]:
-    folder = sample_dir(results, state, sample) / "samples"
-    return {int(p.stem[len("batch") :]): read_json(p) for p in sorted(folder.glob("batch*.json"))}
-
-
-def _capped(record: Mapping[str, Any], state: str) -> list[bool]:
-    """Per response: whether it stopped at the state's completion cap (no end token before)."""
-    cap = ALL_STATES[state].max_completion_length
-    return [len(ids) >= cap for ids in record["completion_ids"]]
-
-
 def _count(k: int, n: int) -> str:
     return f"{k} of {n} ({k / n:.1%})" if n else "–"
 
@@ -313,16 +305,14 @@ def sample_tables(results: Path) -> list[str]:
             records = list(load_samples(results, state, sample).values())
             if not records:
                 continue
-            capped = np.array([c for r in records for c in _capped(r, state)])
+            stopped = np.array([c for r in records for c in capped(r, state)])
             scores = np.array([row for r in records for row in r["rewards"]], dtype=float)
             prompts = np.mean([len(ids) for r in records for ids in r["prompt_ids"]])
-            cap = (
-                f"{_count(int(capped.sum()), len(capped))} at {STATES[state].max_completion_length}"
-            )
-            lengths.append(f"| {state} | {sample} | {len(capped)} | {cap} | {prompts:.0f} |")
+            cap = f"{_count(int(stopped.sum()), len(stopped))} at {STATES[state].max_completion_length}"
+            lengths.append(f"| {state} | {sample} | {len(stopped)} | {cap} | {prompts:.0f} |")
             for k, name in enumerate(records[0]["reward_names"]):
                 earned = np.nan_to_num(scores[:, k]) > 0
-                at_cap, finished = earned[capped], earned[~capped]
+                at_cap, finished = earned[stopped], earned[~stopped]
                 rewards.append(
                     f"| {state} | {sample} | {name} | {np.nanmean(scores[:, k]):.2f} | "
                     f"{_count(int(at_cap.sum()), len(at_cap))} | "
@@ -379,7 +369,7 @@ def capped_correlation(results: Path, measures: Mapping[str, Any]) -> str:
             values = per_estimator(records) if records else {}
             for i, record in enumerate(records):
                 if record["batch"] in sampled:
-                    shares.append(float(np.mean(_capped(sampled[record["batch"]], state))))
+                    shares.append(float(np.mean(capped(sampled[record["batch"]], state))))
                     differences.append(
                         values["mrtpo(0.5)"]["cosine"][i] - values["gdpo"]["cosine"][i]
                     )
@@ -472,14 +462,16 @@ def _share(shares: Any, field: str) -> str:
 
 def reference_correlations(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per pair of rewards, the cosine between their references (the leave-batch-out policy
-    gradients of each reward alone), mean and range over the mini-batches."""
+    gradients of each reward alone), mean and range over the mini-batches; none where the
+    rewards' references were not kept (`--reward_references none`)."""
     names = records[0]["reward_names"]
+    key = {"per_fold": "ref_gram", "whole": "reward_gram"}.get(record_mode(records[0]))
     cells = []
-    for a in range(len(names)):
+    for a in range(len(names) if key else 0):
         for b in range(a + 1, len(names)):
             values = []
             for record in records:
-                gram = record["ref_gram"]
+                gram = record[key]
                 values.append(gram[a][b] / math.sqrt(gram[a][a] * gram[b][b]))
             cells.append(
                 f"{names[a]} / {names[b]}: {np.mean(values):+.2f} "

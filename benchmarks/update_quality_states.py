@@ -16,6 +16,9 @@ import numpy as np
 
 RESULTS = Path("benchmarks/results/update-quality")
 PLAN_FILE, POWER_FILE, RUN_FILE = "plan.json", "power.json", "run.json"
+# The second plan's new-token cap, decided after its pilot (`update_quality_cap.py`): beside
+# plan-2.json, which stays as stored.
+CAP_FILE = "cap.json"
 CHECKPOINTS = "checkpoints"  # ignored by git: the cold start, the reference sums
 GROUP_SIZE = 4  # responses per prompt
 PROMPTS_PER_BATCH = 4  # the training shape: one optimizer step of the powered study
@@ -157,8 +160,38 @@ def state_dir(results: Path, state: str) -> Path:
     return Path(results) / state
 
 
-def sample_dir(results: Path, state: str, sample: str) -> Path:
-    return state_dir(results, state) / sample
+def sample_dir(results: Path, state: str, sample: str, cap: int | None = None) -> Path:
+    """A sample's folder. The main sample is `<state>/main`; a pilot at the state's stored cap
+    `<state>/pilot`, a pilot sampled again at another new-token cap `<state>/pilot-cap<cap>`
+    (the second plan's cap rule). cap: the pilot's; None: the decided one (`decided_cap`)."""
+    if sample != "pilot":
+        return state_dir(results, state) / sample
+    stored = ALL_STATES[state].max_completion_length if state in ALL_STATES else None
+    cap = decided_cap(results, state) if cap is None else cap
+    name = sample if cap in (None, stored) else f"{sample}-cap{cap}"
+    return state_dir(results, state) / name
+
+
+def decided_cap(results: Path, state: str) -> int | None:
+    """The new-token cap stored in `<state>/cap.json` after the pilot; None before (and for the
+    first plan's states, whose caps their plan stores)."""
+    decision = read_json(state_dir(results, state) / CAP_FILE)
+    return None if decision is None else int(decision["cap"])
+
+
+def load_samples(
+    results: Path, state: str, sample: str, cap: int | None = None
+) -> dict[int, dict[str, Any]]:
+    """{mini-batch: its sample record} of a sample folder (`sample_dir`)."""
+    folder = sample_dir(results, state, sample, cap) / "samples"
+    return {int(p.stem[len("batch") :]): read_json(p) for p in sorted(folder.glob("batch*.json"))}
+
+
+def capped(record: Mapping[str, Any], state: str) -> list[bool]:
+    """Per response: whether it stopped at its completion cap (no end token before): the cap it
+    was sampled at (stored with the sample since the second plan), else the state's."""
+    cap = record.get("max_completion_length", ALL_STATES[state].max_completion_length)
+    return [len(ids) >= cap for ids in record["completion_ids"]]
 
 
 def plan(states: Mapping[str, State] = STATES) -> dict[str, Any]:
@@ -335,7 +368,8 @@ def sample_batch(trainer: Any, rows: Sequence[Mapping[str, Any]], seed: int) -> 
         output = trainer._generate_and_score_completions(inputs)
     finally:
         trainer._estimator = estimator
-    return {"seed": seed, **batch_record(output, trainer._scored, trainer.reward_func_names)}
+    record = batch_record(output, trainer._scored, trainer.reward_func_names)
+    return {"seed": seed, "max_completion_length": trainer.args.max_completion_length, **record}
 
 
 def batch_record(

@@ -22,7 +22,8 @@ from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import update_quality as uq  # noqa: E402
-import update_quality_passes as passes  # noqa: E402  (its private helpers, its engine)
+import update_quality_passes as passes  # noqa: E402  (its private helpers)
+import update_quality_resume as resume  # noqa: E402  (its engine)
 import update_quality_simulation as simulation  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -545,6 +546,8 @@ def _toy_state(patch) -> None:
          "to resume, leave out --rows_per_forward"),
         ({"recompute": True}, "recompute = False, this run has recompute = True"),
         ({"lanes": 2}, "lanes = 1, this run has lanes = 2: to resume, pass --lanes 1"),
+        ({"reward_references": "none"}, "reward_references = 'per_fold', this run has "
+         "reward_references = 'none': to resume, pass --reward_references per_fold"),
         ("policy", "policy = '.*tiny', this run has policy = '.*other'"),
         ("commit", "commit = '[0-9a-f]{40}', this run has commit = 'f00'"),
         ("code", "code_sha256 = '[0-9a-f]{64}', this run has code_sha256 = 'edited'"),
@@ -559,10 +562,10 @@ def test_a_resume_with_other_settings_is_refused_naming_the_setting(
     fields = {**vars(resumable), "results": tmp_path / "results"}
     if change == "commit":
         monkeypatch.setattr(
-            passes, "engine", lambda: {"commit": "f00", "uncommitted_changes": False}
+            resume, "engine", lambda: {"commit": "f00", "uncommitted_changes": False}
         )
     elif change == "code":
-        monkeypatch.setattr(passes, "code_digest", lambda: "edited")
+        monkeypatch.setattr(resume, "code_digest", lambda: "edited")
     elif change == "policy":
         from mrtpo.testing import save_tiny
 
@@ -650,6 +653,8 @@ def test_run_lane_end_to_end_leaves_each_batch_out_and_resumes(tmp_path, monkeyp
     assert [m["batch"] for m in measured] == [0, 1]
     for m in measured:
         assert set(m["directions"]) == {"grpo", "gdpo", *uq.TOKEN_VARIANTS}
+        assert m["reward_references"] == "per_fold"  # the default: each reward's per fold
+        assert set(m["weights"]) == set(uq.TOKEN_VARIANTS) - {"shuffled"}
         for entry in m["directions"].values():
             assert all(math.isfinite(x) for x in entry["ref_dots"]) and entry["norm2"] > 0
     # Leave-batch-out: mini-batch 0's references are mini-batch 1's own parts, and back.
@@ -665,6 +670,8 @@ def test_run_lane_end_to_end_leaves_each_batch_out_and_resumes(tmp_path, monkeyp
         assert flat == pytest.approx([x for row in gram for x in row], rel=1e-4, abs=1e-9)
 
     run = json.loads((lane.folder / uq.RUN_FILE).read_text())["lanes"]["0"]
+    assert run["sessions"][0]["reward_references"] == "per_fold"
+    assert run["sessions"][0]["memory_estimate_gb"]["reference"] > 0
     spent = dict(run["cpu_seconds"])
     assert set(spent) == {"sample", "reference", "measure"}
     first = uq.measure_path(lane, 1).read_text()

@@ -59,10 +59,35 @@ def plant(batches: int, shifts: dict[str, float], seed: int, own: float = 0.02) 
     return Planted(parts, vectors)
 
 
+WEIGHED = ("mrtpo", "placebo", "entropy", "generic", "contrastive")  # weight statistics
+
+
+def planted_weights(batch: int) -> dict:
+    """A mini-batch's weight statistics (`measure_batch`'s "weights"), seeded by the batch:
+    constraint_1 replays nothing on odd mini-batches (None, 0 pairs)."""
+    rng = np.random.default_rng(100 + batch)
+    out = {}
+    for variant in WEIGHED:
+        share = [float(rng.uniform(0.3, 1.0)), float(rng.uniform(0.3, 1.0))]
+        overlap = [float(rng.uniform(0.1, 0.9)), float(rng.uniform(0.1, 0.9))]
+        pairs = [int(rng.integers(1, 16)), int(rng.integers(1, 16))]
+        if batch % 2:
+            share[1] = overlap[1] = None
+            pairs[1] = 0
+        out[variant] = {"effective_share": share, "entropy_overlap": overlap, "pairs": pairs}
+    return out
+
+
 def records(
-    planted: Planted, variants: tuple[str, ...] = VARIANTS, folds: bool = True
+    planted: Planted,
+    variants: tuple[str, ...] = VARIANTS,
+    folds: bool = True,
+    mode: str = "per_fold",
+    weights: bool = False,
 ) -> list[dict]:
-    """The measure pass's records of the planted sample (`measure_batch`'s keys), as stored."""
+    """The measure pass's records of the planted sample (`measure_batch`'s keys), as stored,
+    with the rewards' references kept as `mode` (`--reward_references`) says: per fold
+    (per_fold), or the summed reward's per fold and the rewards' whole (whole) or not (none)."""
     parts, count = planted.parts, planted.folds
     fold_sums = np.stack([parts[f::count].sum(axis=0) for f in range(count)])  # [F, K, D]
     out = []
@@ -71,17 +96,20 @@ def records(
         references = fold_sums.copy()
         references[fold] -= parts[batch]
         by_reward = references.transpose(1, 0, 2)  # [K, F, D]
-        fold_gram = np.einsum("afd,bgd->abfg", by_reward, by_reward)
+        kept = by_reward if mode == "per_fold" else by_reward.sum(axis=0, keepdims=True)
+        whole = by_reward.sum(axis=1)  # [K, D] each reward's whole reference
+        fold_gram = np.einsum("afd,bgd->abfg", kept, kept)
         gdpo = planted.vectors["gdpo"][batch]
         directions = {}
         for variant in variants:
             vector = planted.vectors[variant][batch]
-            fold_dots = by_reward @ vector  # [K, F]
+            fold_dots = kept @ vector  # [K, F] (or [1, F]: the summed reward)
             directions[variant] = {
                 "ref_dots": fold_dots.sum(axis=1).tolist(),
                 "norm2": float(vector @ vector),
                 "dot_gdpo": float(vector @ gdpo),
                 **({"ref_fold_dots": fold_dots.tolist()} if folds else {}),
+                **({"reward_dots": (whole @ vector).tolist()} if mode == "whole" else {}),
             }
         record = {
             "batch": batch,
@@ -91,6 +119,12 @@ def records(
         }
         if folds:
             record.update(folds=count, fold=fold, ref_fold_gram=fold_gram.tolist())
+        if mode != "per_fold":
+            record["reward_references"] = mode
+        if mode == "whole":
+            record["reward_gram"] = (whole @ whole.T).tolist()
+        if weights:
+            record["weights"] = planted_weights(batch)
         out.append(json.loads(json.dumps(record)))
     return out
 
@@ -317,27 +351,34 @@ def _sample(batch: int, rng: np.random.Generator) -> dict:
 
 
 def build_fixture(folder: Path) -> None:
-    """The report fixture: the second plan stored; its state's pilot (8 mini-batches, run.json,
-    samples of its first 3 mini-batches, as of the main sample's), the power step's power.json
-    (capped at 8), a main sample of 8; the first
-    plan's qwen_sql main sample (no folds) and the same measured again with folds, without the
-    second plan's variants (smollm2_tool_calling: nothing)."""
+    """The report fixture: the second plan stored; its state's pilot (8 mini-batches sampled,
+    about 15% at the cap: cap.json decides 256 by the rule; measured with `--reward_references
+    none`, its run.json), the power step's power.json (capped at 8), a main sample of 8
+    (none, with weight statistics; samples of its first 3); the first plan's qwen_sql main
+    sample (no folds) and the same measured again into folds/ (none, every variant of the
+    second plan, weight statistics; smollm2_tool_calling: nothing)."""
     plan2.store(folder)
     rng = np.random.default_rng(0)
-    pilot = records(planted_pilot())
+    pilot = records(planted_pilot(), mode="none")
+    main = records(plant(8, PATTERNS[0][0], 7), mode="none", weights=True)
     state = folder / STATE
-    for sample, measured in (("pilot", pilot), ("main", records(plant(8, PATTERNS[0][0], 7)))):
+    for sample, measured in (("pilot", pilot), ("main", main)):
         for record in measured:
             name = f"batch{record['batch']:03d}.json"
             uq.write_json(state / sample / "measures" / name, record)
-            if record["batch"] < 3:
+            if sample == "pilot" or record["batch"] < 3:
                 uq.write_json(state / sample / "samples" / name, _sample(record["batch"], rng))
     uq.write_json(state / "pilot" / uq.RUN_FILE, PILOT_RUN)
+    assert uq.decide_cap(folder, STATE, PLAN)["cap"] == 256
     power = analysis2.power_2(pilot, PILOT_RUN, PLAN, prompt_batches=72, max_batches=8)
     uq.write_json(state / uq.POWER_FILE, power)
     sql = plant(8, {"mrtpo": 0.3, "placebo": 0.25, "shuffled": -0.1}, seed=9)
-    for root, folded in ((folder, False), (folder / report2.FOLDS_RESULTS, True)):
-        for record in records(sql, VARIANTS[:6], folds=folded):
+    measured = {
+        folder: records(sql, VARIANTS[:6], folds=False),
+        folder / plan2.FOLDS_RESULTS: records(sql, mode="none", weights=True),
+    }
+    for root, chosen in measured.items():
+        for record in chosen:
             name = f"batch{record['batch']:03d}.json"
             uq.write_json(root / "qwen_sql" / "main" / "measures" / name, record)
 
@@ -384,7 +425,10 @@ def test_the_report_regenerates_byte_for_byte_and_reads_the_planted_pattern(tmp_
             f"{test['high']:+.4f}] (n = 8) |"
         )
         assert row in text
-    assert "| qwen_sql | mrtpo(0.5) - generic(0.5) | not measured yet | – |" in text
+    (generic,) = analysis2.plan_2_tests(again, [("mrtpo(0.5)", "generic(0.5)")])
+    assert (
+        f"| qwen_sql | mrtpo(0.5) - generic(0.5) | {report2._test_cell(generic['test'])} |" in text
+    )
     assert "| smollm2_tool_calling | mrtpo(0.5) - gdpo | not measured yet | – |" in text
 
 
@@ -418,3 +462,121 @@ def test_the_jackknife_error_and_a_power_at_a_large_shift():
             hand_power(1.0, 1 / abs(shift), 4, 4, alpha), rel=1e-7
         )
     assert paired_power(1.0, 1.0, 10, 0.05) == pytest.approx(0.803, abs=0.005)
+
+
+# ----------------------------------------------------------------------------- decisions A-D
+
+
+def test_the_reference_modes_agree_where_they_overlap():
+    """The same planted sample with the rewards' references per fold, whole, or not kept: the
+    summed reward's cosines and fold-jackknife tests are the same; `whole` gives the same
+    per-reward cosines as `per_fold` (its references are their fold sums) with paired-t
+    intervals, `none` none; the references' cosines follow."""
+    planted = plant(8, PILOT_SHIFTS, seed=6, own=0.1)
+    kept = {mode: records(planted, mode=mode) for mode in ("per_fold", "whole", "none")}
+    values = {m: uq.per_estimator(r, estimators=plan2.ESTIMATORS_2) for m, r in kept.items()}
+    for name in plan2.ESTIMATORS_2:
+        for mode in ("whole", "none"):
+            np.testing.assert_allclose(
+                values[mode][name]["cosine"], values["per_fold"][name]["cosine"], rtol=1e-12
+            )
+        np.testing.assert_allclose(
+            values["whole"][name]["reward_cosines"],
+            values["per_fold"][name]["reward_cosines"],
+            rtol=1e-12,
+        )
+        assert all(math.isnan(c) for row in values["none"][name]["reward_cosines"] for c in row)
+    for contrast in plan2.PRIMARY_CONTRASTS_2:
+        tests = {mode: uq.fold_test(r, *contrast) for mode, r in kept.items()}
+        for mode in ("whole", "none"):
+            assert tests[mode] == pytest.approx(tests["per_fold"], rel=1e-9)
+    # per reward: fold jackknife (per_fold), paired t over mini-batches (whole), none (none)
+    folded = analysis2.reward_cosine_test(kept["per_fold"], "mrtpo(0.5)", 1)
+    paired = analysis2.reward_cosine_test(kept["whole"], "mrtpo(0.5)", 1)
+    cosines = values["whole"]["mrtpo(0.5)"]["reward_cosines"][1]
+    by_hand = stats.ttest_1samp(cosines, 0.0)
+    assert paired["mean"] == pytest.approx(np.mean(cosines), rel=1e-12)
+    assert paired["p"] == pytest.approx(by_hand.pvalue, rel=1e-9) and paired["n"] == 8
+    assert folded["n"] == 4 and folded["mean"] == pytest.approx(paired["mean"], rel=1e-12)
+    assert analysis2.reward_cosine_test(kept["none"], "mrtpo(0.5)", 1) is None
+    assert uq.reference_correlations(kept["whole"]) == uq.reference_correlations(kept["per_fold"])
+    assert uq.reference_correlations(kept["none"]) == []
+    lines = "\n".join(report2.reward_cosine_lines(kept["none"]))
+    assert "not measured (memory)" in lines and "--reward_references none" in lines
+    assert "paired t intervals" in "\n".join(report2.reward_cosine_lines(kept["whole"]))
+    with pytest.raises(ValueError, match="holds the summed reward only"):
+        uq.batch_measures(kept["none"][0], "gdpo", 8, weights=[1.0, 2.0])
+
+
+def test_the_weight_table_is_the_mean_and_range_over_mini_batches():
+    main = records(plant(4, PILOT_SHIFTS, seed=8), weights=True)
+    lines = "\n".join(report2.weight_lines(main))
+    for statistic in ("effective_share", "entropy_overlap"):
+        summary = uq.weight_summary(main, statistic)
+        assert set(summary) == set(WEIGHED)
+        for variant in WEIGHED:
+            first = [planted_weights(b)[variant][statistic][0] for b in range(4)]
+            second = [planted_weights(b)[variant][statistic][1] for b in (0, 2)]  # odd: None
+            for k, values in enumerate((first, second)):
+                mean, low, high, count = summary[variant][k]
+                assert (low, high, count) == (min(values), max(values), len(values))
+                assert mean == pytest.approx(np.mean(values), rel=1e-12)
+            cells = [f"{np.mean(v):.2f} [{min(v):.2f}, {max(v):.2f}]" for v in (first, second)]
+            if statistic == "effective_share":
+                assert f"| {variant} | {cells[0]} | {cells[1]} |" in lines
+    assert "not measured yet" in "\n".join(report2.weight_lines(records(plant(2, {}, 1))))
+
+
+def _pilot_samples(folder: Path, cap: int, share: float, stored: bool = True) -> None:
+    """8 pilot mini-batches of 16 responses, `share` of them stopped at `cap`."""
+    capped = round(share * 128)
+    for batch in range(8):
+        ids = [[7] * (cap if 16 * batch + row < capped else 20) for row in range(16)]
+        record = {"completion_ids": ids, **({"max_completion_length": cap} if stored else {})}
+        name = f"batch{batch:03d}.json"
+        uq.write_json(uq.sample_dir(folder, STATE, "pilot", cap) / "samples" / name, record)
+
+
+def test_the_cap_is_decided_after_the_pilot_in_its_own_file(tmp_path):
+    plan2.store(tmp_path)
+    stored = (tmp_path / plan2.PLAN_2_FILE).read_bytes()
+    with pytest.raises(SystemExit, match="not decided yet: sample the pilot .*--sample_only"):
+        uq.lane_cap(tmp_path, STATE, "main", None, sample_only=False)
+    assert uq.lane_cap(tmp_path, STATE, "pilot", 384, sample_only=True) == 384
+    with pytest.raises(SystemExit, match="the rule needs the pilot at 256 new tokens"):
+        uq.decide_cap(tmp_path, STATE, PLAN)
+    _pilot_samples(tmp_path, 256, 0.3, stored=False)  # stored before the samples kept their cap
+    with pytest.raises(SystemExit, match="pilot at 384 new tokens: sample it .*--cap 384"):
+        uq.decide_cap(tmp_path, STATE, PLAN)
+    assert uq.sample_dir(tmp_path, STATE, "pilot", 384) == tmp_path / STATE / "pilot-cap384"
+    _pilot_samples(tmp_path, 384, 0.125)
+    decision = uq.decide_cap(tmp_path, STATE, PLAN)
+    assert decision["cap"] == 384 and decision["decided_by"] == "the plan's rule"
+    assert decision["pilots"]["256"] == {
+        "mini_batches": 8, "responses": 128, "capped": 38, "share": 38 / 128
+    }  # fmt: skip
+    assert decision["pilots"]["384"]["capped"] == 16
+    # every later step reads it: the pilot's folder, the main sample's cap
+    assert uq.sample_dir(tmp_path, STATE, "pilot") == tmp_path / STATE / "pilot-cap384"
+    assert uq.lane_cap(tmp_path, STATE, "main", None, sample_only=False) == 384
+    with pytest.raises(SystemExit, match="cap.json decided 384 new tokens, not --cap 256"):
+        uq.lane_cap(tmp_path, STATE, "pilot", 256, sample_only=False)
+    with pytest.raises(SystemExit, match="give its --reason"):
+        uq.decide_cap(tmp_path, STATE, PLAN, cap=512)
+    with pytest.raises(SystemExit, match="holds cap 384 .*delete it to decide again"):
+        uq.decide_cap(tmp_path, STATE, PLAN, cap=512, reason="longer answers")
+    (tmp_path / STATE / uq.CAP_FILE).unlink()
+    by_hand = uq.decide_cap(tmp_path, STATE, PLAN, cap=512, reason="longer answers")
+    assert (by_hand["decided_by"], by_hand["reason"]) == ("hand", "longer answers")
+    text = "\n".join(report2.cap_lines(tmp_path, STATE, PLAN))
+    assert "| pilot at 256 | 128 | 38 (29.7%) |" in text
+    assert "| pilot at 384 | 128 | 16 (12.5%) |" in text
+    assert "**512** new tokens, decided by hand: longer answers." in text
+    assert (tmp_path / plan2.PLAN_2_FILE).read_bytes() == stored  # the plan is unchanged
+    with pytest.raises(SystemExit, match="--cap is the second plan's"):
+        uq.lane_cap(tmp_path, "qwen_sql", "main", 256, sample_only=False)
+    # every pilot above the share: the last candidate
+    (tmp_path / STATE / uq.CAP_FILE).unlink()
+    _pilot_samples(tmp_path, 384, 0.5)
+    _pilot_samples(tmp_path, 512, 0.4)
+    assert uq.decide_cap(tmp_path, STATE, PLAN)["cap"] == 512
