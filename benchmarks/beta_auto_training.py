@@ -49,12 +49,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import convergence  # noqa: E402  (a sibling script: runs, resumption, cold start, curves)
 import convergence_powered  # noqa: E402  (the recipe, AUC, paired differences, tables)
+import convergence_report  # noqa: E402
+import convergence_runs  # noqa: E402
 from sql_training_study import commit_files  # noqa: E402  (commits the given paths only)
 
 RESULTS = Path("benchmarks/results/beta-auto-training")
 POWERED = HERE / "results" / "convergence-powered"  # the committed GDPO runs and their recipe
 POWERED_NAME = "benchmarks/results/convergence-powered"
-TASK = convergence.TASK
+TASK = convergence_runs.TASK
 BASELINE, AUTO = "gdpo", "auto"
 SEEDS, STEPS, ENDPOINTS = (
     convergence_powered.SEEDS,
@@ -76,7 +78,7 @@ MARGINS = {"tool_format": 0.047, "tool_correctness": 0.037}
 TOLERANCE = 1e-6
 REPRODUCED_KEYS = (*(f"rewards/{name}/mean" for name in ENDPOINTS), "loss")
 BETA, PREFIX = "mrtpo/beta", "mrtpo/beta_auto/"  # the trainer's logged names (trainer_beta_auto)
-STUDY_FILE = convergence.STUDY_FILE
+STUDY_FILE = convergence_runs.STUDY_FILE
 
 
 # ----------------------------------------------------------------------------- the design
@@ -174,13 +176,13 @@ def study_argv(results: Path, baseline_seeds: Sequence[int], jobs: int, threads:
 def study_args(
     results: Path, baseline_seeds: Sequence[int] = (CHECK_SEED,), jobs: int = 1, threads: int = 1
 ) -> argparse.Namespace:
-    return convergence.parse_args(study_argv(results, baseline_seeds, jobs, threads))
+    return convergence_runs.parse_args(study_argv(results, baseline_seeds, jobs, threads))
 
 
 def check_recipe(args: argparse.Namespace, powered: Path = POWERED) -> None:
     """Refuse to run with other shared settings than the powered study's."""
-    stored = convergence._read_json(Path(powered) / TASK / STUDY_FILE)["settings"]
-    mine = convergence.study_settings(args)
+    stored = convergence_runs._read_json(Path(powered) / TASK / STUDY_FILE)["settings"]
+    mine = convergence_runs.study_settings(args)
     if mine != stored:
         changed = sorted(key for key in mine if stored.get(key) != mine[key])
         raise SystemExit(f"settings differ from the powered study's: {', '.join(changed)}")
@@ -211,7 +213,7 @@ def reproduction(
     are equal, the first that differs (beyond TOLERANCE), the largest absolute difference; and
     whether it reproduces (the plan's rule). None until both runs have every step."""
     pair = {
-        name: [convergence.curve(records, key, STEPS) for key in REPRODUCED_KEYS]
+        name: [convergence_report.curve(records, key, STEPS) for key in REPRODUCED_KEYS]
         for name, records in (("rerun", rerun), ("committed", committed))
     }
     if any(np.isnan(values).any() for curves in pair.values() for values in curves):
@@ -238,8 +240,8 @@ def first_difference(
     auto run and its GDPO pair (identical samples until then); None where none does."""
     for step in range(1, STEPS + 1):
         for name in ENDPOINTS:
-            mine = convergence.curve(auto, f"rewards/{name}/mean", STEPS)[step - 1]
-            theirs = convergence.curve(gdpo, f"rewards/{name}/mean", STEPS)[step - 1]
+            mine = convergence_report.curve(auto, f"rewards/{name}/mean", STEPS)[step - 1]
+            theirs = convergence_report.curve(gdpo, f"rewards/{name}/mean", STEPS)[step - 1]
             if np.isnan(mine) or np.isnan(theirs):
                 return None
             if abs(mine - theirs) > TOLERANCE:
@@ -274,32 +276,39 @@ def worker(results: Path, method: str, seed: int, threads: int) -> None:
 
     torch.set_num_threads(threads)
     args = study_args(results, threads=threads)
-    with convergence.run_lock(convergence.run_dir(args, method, seed)) as held:
+    with convergence_runs.run_lock(convergence_runs.run_dir(args, method, seed)) as held:
         if not held:
             print(f"{method} seed {seed}: another process has it; skipped", flush=True)
             return
-        convergence.train_run(args, method, seed, provenance=update_quality_passes.engine())
+        convergence_runs.train_run(args, method, seed, provenance=update_quality_passes.engine())
 
 
 def result_files(args: argparse.Namespace, method: str, seed: int, results: Path) -> list[Path]:
-    folder = convergence.run_dir(args, method, seed)
-    names = (convergence.METRICS_FILE, convergence.RUN_FILE, convergence.EVAL_FILE)
+    folder = convergence_runs.run_dir(args, method, seed)
+    names = (convergence_runs.METRICS_FILE, convergence_runs.RUN_FILE, convergence_runs.EVAL_FILE)
     report = [Path(results) / name for name in ("README.md", "curves.png", "beta.png")]
-    return [folder / name for name in names] + [convergence.task_root(args) / STUDY_FILE, *report]
+    return [folder / name for name in names] + [
+        convergence_runs.task_root(args) / STUDY_FILE,
+        *report,
+    ]
 
 
 def baseline_seeds(results: Path) -> list[int]:
     """The GDPO seeds trained here: seed 0 (the check), all six once the check has failed."""
-    stored = convergence._read_json(Path(results) / TASK / STUDY_FILE) or {}
+    stored = convergence_runs._read_json(Path(results) / TASK / STUDY_FILE) or {}
     return list(SEEDS) if stored.get("baseline") == "rerun" else [CHECK_SEED]
 
 
 def check_gdpo_seed(args: argparse.Namespace, command: str, powered: Path = POWERED) -> None:
     """The plan's check of GDPO seed 0 against its committed run, stored in study.json with the
     baseline it implies (refused if it changed); SystemExit before the run has every step."""
-    path = convergence.METRICS_FILE
-    mine = convergence.read_metrics(convergence.run_dir(args, BASELINE, CHECK_SEED) / path)
-    theirs = convergence.read_metrics(Path(powered) / TASK / BASELINE / f"seed{CHECK_SEED}" / path)
+    path = convergence_runs.METRICS_FILE
+    mine = convergence_runs.read_metrics(
+        convergence_runs.run_dir(args, BASELINE, CHECK_SEED) / path
+    )
+    theirs = convergence_runs.read_metrics(
+        Path(powered) / TASK / BASELINE / f"seed{CHECK_SEED}" / path
+    )
     checked = reproduction(mine, theirs)
     if checked is None:
         raise SystemExit(f"{BASELINE} seed {CHECK_SEED} has not logged all {STEPS} steps")
@@ -318,7 +327,7 @@ def run_study(results: Path, threads: int, jobs: int, commit: bool, argv: Sequen
     args = study_args(results, baseline_seeds(results), jobs, threads)
     check_recipe(args)
     convergence.record_study(args, design(), command=command)
-    log = convergence.task_root(args) / convergence.CHECKPOINTS / "cold_start.log"
+    log = convergence_runs.task_root(args) / convergence_runs.CHECKPOINTS / "cold_start.log"
     if convergence.run_worker(args, ["cold_start"], log):
         return 1
     check_data(results)
@@ -339,7 +348,7 @@ def run_study(results: Path, threads: int, jobs: int, commit: bool, argv: Sequen
                 commit_files(result_files(args, method, seed, results), message)
         return code
 
-    if not convergence.is_finished(convergence.run_dir(args, BASELINE, CHECK_SEED), True):
+    if not convergence_runs.is_finished(convergence_runs.run_dir(args, BASELINE, CHECK_SEED), True):
         if run_one(BASELINE, CHECK_SEED):
             return 1
     else:
@@ -356,12 +365,12 @@ def run_study(results: Path, threads: int, jobs: int, commit: bool, argv: Sequen
 def load(results: Path, powered: Path = POWERED) -> dict[str, Any]:
     """study.json, the runs {arm: {seed: run}} under the stored baseline (no GDPO runs before
     the check) and this folder's rerun of GDPO seed 0."""
-    data = convergence.load_results(results)
+    data = convergence_report.load_results(results)
     study, mine = data["study"], data["runs"]
     baseline = study.get("baseline")
     gdpo = {}
     if baseline == "powered":
-        gdpo = convergence.load_results(powered)["runs"][BASELINE]
+        gdpo = convergence_report.load_results(powered)["runs"][BASELINE]
     elif baseline == "rerun":
         gdpo = mine.get(BASELINE, {})
     return {
@@ -414,13 +423,13 @@ def reading(tests: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _cell(value: float | None, digits: int = 3, sign: bool = False) -> str:
-    return convergence._cell(value, digits, sign)
+    return convergence_report._cell(value, digits, sign)
 
 
 def reproduction_text(study: Mapping[str, Any], rerun: Mapping[str, Any] | None) -> str:
     checked = study.get("reproduction")
     if checked is None:
-        steps = convergence._steps_done(rerun) if rerun else 0
+        steps = convergence_report._steps_done(rerun) if rerun else 0
         return f"Pending: {BASELINE} seed {CHECK_SEED} here has {steps} of {STEPS} steps.\n"
     lines = [
         "| logged value | steps equal | first step differing (> 1e-06) | largest difference |",
@@ -449,8 +458,8 @@ def powered_cold_starts(powered: Path = POWERED) -> str:
     """The cold-start digests (first 12 hex digits) the powered study's runs recorded (from
     2026-12-03 on; earlier starts of training recorded none)."""
     found = set()
-    for path in sorted((Path(powered) / TASK).glob(f"*/seed*/{convergence.RUN_FILE}")):
-        for session in convergence._read_json(path).get("sessions", []):
+    for path in sorted((Path(powered) / TASK).glob(f"*/seed*/{convergence_runs.RUN_FILE}")):
+        for session in convergence_runs._read_json(path).get("sessions", []):
             if session.get("cold_start_sha256"):
                 found.add(session["cold_start_sha256"][:12])
     return ", ".join(sorted(found)) or "none"
@@ -493,14 +502,14 @@ def beta_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
         records = run["records"]
         if not records:
             continue
-        agreement = convergence.curve(records, PREFIX + "probe_agreement", STEPS)
-        beta = convergence.curve(records, BETA, STEPS)
+        agreement = convergence_report.curve(records, PREFIX + "probe_agreement", STEPS)
+        beta = convergence_report.curve(records, BETA, STEPS)
         logged = beta[~np.isnan(beta)]
         gdpo = runs[BASELINE].get(seed)
         first = first_difference(records, gdpo["records"]) if gdpo else None
         differs = "–" if gdpo is None else first or "none"
         lines.append(
-            f"| {seed} | {convergence._steps_done(run)} | "
+            f"| {seed} | {convergence_report._steps_done(run)} | "
             + " | ".join(
                 _cell(None if np.isnan(agreement[s - 1]) else float(agreement[s - 1]), sign=True)
                 for s in probe_steps
@@ -517,10 +526,10 @@ def secondary_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
         f"| metric | {BASELINE} (median) | {AUTO} (median) | n | mean {AUTO} - {BASELINE} | 95% t interval |",  # fmt: skip
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for part, metric, label in convergence.EVAL_COLUMNS:
+    for part, metric, label in convergence_report.EVAL_COLUMNS:
 
         def value(run: Mapping[str, Any], part: str = part, metric: str = metric) -> float | None:
-            return convergence.eval_value(run, part, metric)
+            return convergence_report.eval_value(run, part, metric)
 
         medians = []
         for arm in (BASELINE, AUTO):
@@ -583,17 +592,20 @@ def plot_beta(runs: Mapping[str, Mapping[int, Any]], path: Path) -> None:
         if not run["records"]:
             continue
         (line,) = left.plot(
-            x, convergence.curve(run["records"], BETA, STEPS), marker=".", label=f"seed {seed}"
+            x,
+            convergence_report.curve(run["records"], BETA, STEPS),
+            marker=".",
+            label=f"seed {seed}",
         )
         right.plot(
             x,
-            convergence.curve(run["records"], PREFIX + "agreement_lower", STEPS),
+            convergence_report.curve(run["records"], PREFIX + "agreement_lower", STEPS),
             color=line.get_color(),
             label=f"seed {seed}: lower bound",
         )
         right.plot(
             x,
-            convergence.curve(run["records"], PREFIX + "probe_agreement", STEPS),
+            convergence_report.curve(run["records"], PREFIX + "probe_agreement", STEPS),
             "o",
             color=line.get_color(),
             markersize=4,
@@ -679,7 +691,7 @@ Test rows: {settings["eval_samples"]} samples each at temperature {settings["eva
 
 Runs of this folder only (the powered study's ran two at a time, in other sessions):
 
-{convergence.time_table({"runs": data["mine"]})}
+{convergence_report.time_table({"runs": data["mine"]})}
 The probes:
 
 {probe_table(runs)}"""
@@ -713,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_recipe(study)
         command = shlex.join(["python", "benchmarks/beta_auto_training.py", *argv])
         convergence.record_study(study, design(), command=command)
-        print(f"plan stored in {convergence.task_root(study) / STUDY_FILE}")
+        print(f"plan stored in {convergence_runs.task_root(study) / STUDY_FILE}")
         return 0
     failed = run_study(args.results, args.threads, args.jobs, args.commit, argv)
     print(f"{failed} run(s) failed" if failed else f"all runs finished; {args.results / 'README.md'}")  # fmt: skip

@@ -30,6 +30,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convergence  # noqa: E402  (a sibling script, not a package)
+import convergence_report  # noqa: E402
+import convergence_runs  # noqa: E402
 from paired_stats import holm, paired_power, paired_t  # noqa: E402  (the statistics, one place)
 
 RESULTS = Path("benchmarks/results/convergence-powered")
@@ -114,16 +116,16 @@ def grid_argv(jobs: int, threads: int, device: str) -> list[str]:
 
 def auc(records: Sequence[Mapping[str, Any]], name: str, steps: int = STEPS) -> float | None:
     """The mean over steps 1..steps of `rewards/<name>/mean`; None until every step is logged."""
-    values = convergence.curve(records, f"rewards/{name}/mean", steps)
+    values = convergence_report.curve(records, f"rewards/{name}/mean", steps)
     return None if np.isnan(values).any() else float(values.mean())
 
 
 def steps_to_threshold(records: Sequence[Mapping[str, Any]], name: str) -> int | None:
     """Steps to a training `name` of 0.8 (rolling mean of 3); NOT_REACHED for a complete run
     that never gets there; None for an unfinished run that has not (yet)."""
-    values = convergence.curve(records, f"rewards/{name}/mean", STEPS)
+    values = convergence_report.curve(records, f"rewards/{name}/mean", STEPS)
     done = values[~np.isnan(values)]
-    reached = convergence.steps_to_threshold(list(done))
+    reached = convergence_report.steps_to_threshold(list(done))
     if reached is not None:
         return reached
     return NOT_REACHED if len(done) == STEPS else None
@@ -235,7 +237,7 @@ def power_calculation(first_study: Path = FIRST_STUDY, seeds: int = len(SEEDS)) 
     difference of b (19/13 - 1) mean(1..20). Power of a two-sided paired t-test with `seeds`
     pairs (noncentral t) at α = 0.05 and at Holm's first threshold α / 6.
     """
-    data = convergence.load_results(first_study)
+    data = convergence_report.load_results(first_study)
     steps = data["study"]["settings"]["steps"]
     speedup = PAPER_STEPS_TO_THRESHOLD["gdpo"] / PAPER_STEPS_TO_THRESHOLD["mrtpo"] - 1
     out: dict[str, Any] = {
@@ -254,7 +256,7 @@ def power_calculation(first_study: Path = FIRST_STUDY, seeds: int = len(SEEDS)) 
                 degrees += len(values) - 1
         pooled = float(math.sqrt(np.sum(np.square(residuals)) / degrees))
         gdpo = [
-            convergence.curve(run["records"], f"rewards/{name}/mean", steps)
+            convergence_report.curve(run["records"], f"rewards/{name}/mean", steps)
             for run in data["runs"]["gdpo"].values()
         ]
         median = np.nanmedian(np.vstack(gdpo), axis=0)
@@ -297,7 +299,7 @@ def power_markdown(power: Mapping[str, Any]) -> str:
         lines.append(
             f"| {name} | {part['gdpo_slope_per_step']:.4f} | {part['paper_sized_auc_effect']:.3f} "
             f"| {part['pooled_auc_sd']:.3f} ({part['pooled_degrees_of_freedom']}) "
-            f"| {part['difference_sd']:.3f} | {convergence._cell(part['measured_difference_sd'])} "
+            f"| {part['difference_sd']:.3f} | {convergence_report._cell(part['measured_difference_sd'])} "
             f"| {part['power']['alpha_0.05']:.2f} | {part['power']['alpha_0.05/6']:.2f} |"
         )
     return "\n".join(lines) + "\n"
@@ -315,7 +317,7 @@ def primary_table(tests: Sequence[Mapping[str, Any]]) -> str:
         "|---|---|" + "---:|" * (len(seeds) + 5) + "---|",
     ]
     for t in tests:
-        cells = [convergence._cell(t["differences"].get(s), sign=True) for s in seeds]
+        cells = [convergence_report._cell(t["differences"].get(s), sign=True) for s in seeds]
         test = t["test"]
         summary = (
             f"{test['n']} | {test['mean']:+.3f} | [{test['low']:+.3f}, {test['high']:+.3f}] "
@@ -348,9 +350,9 @@ def per_method_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
                 else str(reached)
             )
             lines.append(
-                f"| {method} | {seed} | {convergence._steps_done(run)} "
-                f"| {convergence._cell(auc(run['records'], ENDPOINTS[0]))} "
-                f"| {convergence._cell(auc(run['records'], ENDPOINTS[1]))} | {cell} |"
+                f"| {method} | {seed} | {convergence_report._steps_done(run)} "
+                f"| {convergence_report._cell(auc(run['records'], ENDPOINTS[0]))} "
+                f"| {convergence_report._cell(auc(run['records'], ENDPOINTS[1]))} | {cell} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -365,16 +367,21 @@ def secondary_table(data: Mapping[str, Any], cold_start: Mapping[str, Any] | Non
         return None if value is None else float(value)
 
     metrics = [("steps to 0.8 (21: not reached)", steps)] + [
-        (label, lambda run, part=part, metric=metric: convergence.eval_value(run, part, metric))
-        for part, metric, label in convergence.EVAL_COLUMNS
+        (
+            label,
+            lambda run, part=part, metric=metric: convergence_report.eval_value(run, part, metric),
+        )
+        for part, metric, label in convergence_report.EVAL_COLUMNS
     ]
     lines = [
         "| metric | cold start | " + " | ".join(f"{m} (median)" for m in runs) + " |",
         "|---|---:|" + "---:|" * len(runs),
     ]
-    for (label, value), column in zip(metrics, [None, *convergence.EVAL_COLUMNS], strict=True):
+    for (label, value), column in zip(
+        metrics, [None, *convergence_report.EVAL_COLUMNS], strict=True
+    ):
         start = (
-            convergence.eval_value({"eval": cold_start}, column[0], column[1])
+            convergence_report.eval_value({"eval": cold_start}, column[0], column[1])
             if column and cold_start
             else None
         )
@@ -382,11 +389,11 @@ def secondary_table(data: Mapping[str, Any], cold_start: Mapping[str, Any] | Non
         for seeds in runs.values():
             values = [v for v in (value(run) for run in seeds.values()) if v is not None]
             cells.append(
-                f"{convergence._cell(float(np.median(values)) if values else None)} (n={len(values)})"
+                f"{convergence_report._cell(float(np.median(values)) if values else None)} (n={len(values)})"
             )
         lines.append(
             # Steps to 0.8 is a property of a training run; the cold start has none.
-            f"| {label} | {convergence._cell(start) if column else '–'} | "
+            f"| {label} | {convergence_report._cell(start) if column else '–'} | "
             + " | ".join(cells)
             + " |"
         )
@@ -414,7 +421,8 @@ def evaluation_draw_note(runs: Mapping[str, Mapping[int, Any]]) -> str:
     between-seed SD beside a run's own sampling SE."""
     evaluated = [run for seeds in runs.values() for run in seeds.values() if run["eval"]]
     seeds = {
-        (run["run"] or {}).get("eval_seed", convergence.COLD_START_EVAL_SEED) for run in evaluated
+        (run["run"] or {}).get("eval_seed", convergence_runs.COLD_START_EVAL_SEED)
+        for run in evaluated
     }
     if len(evaluated) < 2 or len(seeds) > 1:
         return (
@@ -487,7 +495,10 @@ DIAGNOSTICS = (
     *(
         (f"mrtpo/distance/{name}/{statistic}", f"{name} {label}")
         for name in ENDPOINTS
-        for statistic, label in (("mean", "distance"), (convergence.TOP_SHARE_KEY, "top-10% share"))
+        for statistic, label in (
+            ("mean", "distance"),
+            (convergence_runs.TOP_SHARE_KEY, "top-10% share"),
+        )
     ),
 )
 
@@ -508,14 +519,14 @@ def diagnostics_table(
             cells = []
             for key, _ in diagnostics:
                 stacked = np.vstack(
-                    [convergence.curve(run["records"], key, STEPS) for run in seeds.values()]
+                    [convergence_report.curve(run["records"], key, STEPS) for run in seeds.values()]
                 )[:, start - 1 : end]
                 cells.append(None if np.isnan(stacked).all() else float(np.nanmean(stacked)))
             if all(cell is None for cell in cells):
                 continue
             lines.append(
                 f"| {method} | {start}-{end} | "
-                + " | ".join(convergence._cell(c) for c in cells)
+                + " | ".join(convergence_report._cell(c) for c in cells)
                 + " |"
             )
     return "\n".join(lines) + "\n"
@@ -534,22 +545,26 @@ def plot_curves(
         axes = figure.add_subplot(1, 2, index + 1)
         for method, seeds in runs.items():
             curves = [
-                convergence.curve(run["records"], f"rewards/{name}/mean", STEPS)
+                convergence_report.curve(run["records"], f"rewards/{name}/mean", STEPS)
                 for run in seeds.values()
             ]
             if not curves or all(np.isnan(c).all() for c in curves):
                 continue
-            median, low, high = convergence.median_band(curves)
-            done = sum(convergence._steps_done(run) >= STEPS for run in seeds.values())
+            median, low, high = convergence_report.median_band(curves)
+            done = sum(convergence_report._steps_done(run) >= STEPS for run in seeds.values())
             (line,) = axes.plot(x, median, label=f"{method} ({done}/{len(curves)} seeds done)")
             axes.fill_between(x, low, high, color=line.get_color(), alpha=0.15)
-        level = convergence.eval_value({"eval": cold_start}, "test", metric) if cold_start else None
+        level = (
+            convergence_report.eval_value({"eval": cold_start}, "test", metric)
+            if cold_start
+            else None
+        )
         if level is not None:
             axes.axhline(
                 level, color="black", linestyle=":", linewidth=1, label="cold start (test rows)"
             )
         if index == 0:
-            axes.axhline(convergence.THRESHOLD, color="grey", linestyle="--", linewidth=0.8)
+            axes.axhline(convergence_runs.THRESHOLD, color="grey", linestyle="--", linewidth=0.8)
         axes.set_xlabel("step")
         axes.set_ylabel("training reward (mean of the step)")
         axes.set_title(name)
@@ -572,9 +587,11 @@ def plot_diagnostics(runs: Mapping[str, Mapping[int, Any]], path: Path) -> None:
     for index, (key, label) in enumerate(keys):
         axes = figure.add_subplot(1, len(keys), index + 1)
         for method, seeds in runs.items():
-            curves = [convergence.curve(run["records"], key, STEPS) for run in seeds.values()]
+            curves = [
+                convergence_report.curve(run["records"], key, STEPS) for run in seeds.values()
+            ]
             if curves and not all(np.isnan(c).all() for c in curves):
-                axes.plot(x, convergence.median_band(curves)[0], marker=".", label=method)
+                axes.plot(x, convergence_report.median_band(curves)[0], marker=".", label=method)
         axes.set_title(label)
         axes.set_xlabel("step")
         axes.grid(alpha=0.3)
@@ -615,15 +632,15 @@ def machines_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
 def write_report(results: Path = RESULTS) -> Path:
     """README.md, curves.png and diagnostics.png in `results`, from its files alone."""
     results = Path(results)
-    data = convergence.load_results(results)
+    data = convergence_report.load_results(results)
     study, runs = data["study"], data["runs"]
-    cold_start = convergence._read_json(
-        results / convergence.TASK / "cold_start" / convergence.EVAL_FILE
+    cold_start = convergence_runs._read_json(
+        results / convergence_runs.TASK / "cold_start" / convergence_runs.EVAL_FILE
     )
     tests = primary_tests(runs)
     complete = (
         all(
-            convergence._steps_done(runs.get(m, {}).get(s, {"records": []})) >= STEPS
+            convergence_report._steps_done(runs.get(m, {}).get(s, {"records": []})) >= STEPS
             for m in METHODS
             for s in SEEDS
         )
@@ -636,7 +653,7 @@ def write_report(results: Path = RESULTS) -> Path:
         run
         for seeds in runs.values()
         for run in seeds.values()
-        if convergence._steps_done(run) >= STEPS
+        if convergence_report._steps_done(run) >= STEPS
     ]
     # Finished = trained and evaluated; a run being evaluated is trained, not finished.
     done = sum(bool(run["eval"]) for run in trained)
@@ -650,7 +667,7 @@ def write_report(results: Path = RESULTS) -> Path:
         f"- `{m}`: `{json.dumps(o, sort_keys=True)}`" for m, o in study["methods"].items()
     )
     settings = study["settings"]
-    text = f"""# The powered convergence study: {convergence.TASK}
+    text = f"""# The powered convergence study: {convergence_runs.TASK}
 
 Regenerated by `python benchmarks/convergence_powered.py --report` from the files in this
 folder. The study (resumable; rerun to finish what is unfinished):
@@ -705,7 +722,7 @@ and a control can be read in its direction (the control below GDPO, or MRTPO abo
 {diagnostics_table(runs)}
 ## Time
 
-{convergence.time_table(data)}
+{convergence_report.time_table(data)}
 Each run's median step (TRL's `step_time`); the ratios to gdpo are taken per seed (a seed's
 runs share a machine) and their median over seeds is shown; evaluation CPU s: the mean over
 runs. The wall times count whatever else ran on the machine (the other lane at least).
@@ -734,9 +751,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report:
         print(f"wrote {write_report()}")
         return 0
-    grid = convergence.parse_args(grid_argv(args.jobs, args.threads, args.device))
+    grid = convergence_runs.parse_args(grid_argv(args.jobs, args.threads, args.device))
     # The plan and the sizing go into study.json before any run; record_study refuses a change.
-    previous = convergence._read_json(RESULTS / convergence.TASK / convergence.STUDY_FILE) or {}
+    previous = (
+        convergence_runs._read_json(RESULTS / convergence_runs.TASK / convergence_runs.STUDY_FILE)
+        or {}
+    )
     extra = {"analysis": PREREGISTRATION, "power": previous.get("power") or power_calculation()}
     failed = convergence.run_grid(grid, extra=extra, report=write_report)
     print(f"{failed} stage(s) failed" if failed else f"all runs finished; {RESULTS / 'README.md'}")

@@ -44,6 +44,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import convergence  # noqa: E402  (a sibling script: runs, resumption, paired t)
+import convergence_runs  # noqa: E402
 import update_quality  # noqa: E402  (the code's commit)
 from sql_training_study_plan import (  # noqa: E402  (the design, one place)
     ARMS,
@@ -106,9 +107,9 @@ def summarize_sql(result: Mapping[str, Any], max_tokens: int, **about: Any) -> d
     summary: dict[str, Any] = {"rows": len(examples), **about}
     for name in names:
         scores = [e["verdicts"][name]["score"] for e in examples]
-        summary[name] = convergence.proportion_summary([s for s in scores if s is not None])
+        summary[name] = convergence_runs.proportion_summary([s for s in scores if s is not None])
     capped = [float(e["completion_tokens"] >= max_tokens) for e in examples]
-    summary["capped"] = convergence.proportion_summary(capped)
+    summary["capped"] = convergence_runs.proportion_summary(capped)
     summary["execution_scores"] = [e["verdicts"]["sql_execution"]["score"] for e in examples]
     return summary
 
@@ -122,8 +123,8 @@ def evaluate_sql(args: argparse.Namespace, model_dir: Path, seed: int) -> dict[s
 
     task = tasks.get(TASK)
     model, tokenizer = load_model(str(model_dir))
-    model = model.to(convergence.device_of(args))
-    test, sampled = convergence.sample_test_rows(args, task, model, tokenizer, task.load("test"), seed)  # fmt: skip
+    model = model.to(convergence_runs.device_of(args))
+    test, sampled = convergence_runs.sample_test_rows(args, task, model, tokenizer, task.load("test"), seed)  # fmt: skip
     length = args.max_completion_length
     greedy = evaluate(model, tokenizer, task, test, args.eval_batch, length)
     return {
@@ -139,7 +140,7 @@ def evaluate_sql(args: argparse.Namespace, model_dir: Path, seed: int) -> dict[s
 
 
 def stage_args(stage: str, results: Path, rate: float, threads: int) -> argparse.Namespace:
-    return convergence.parse_args(stage_argv(stage, results, rate, threads))
+    return convergence_runs.parse_args(stage_argv(stage, results, rate, threads))
 
 
 def worker(results: Path, stage: str, method: str, seed: int, rate: float, threads: int) -> None:
@@ -148,11 +149,11 @@ def worker(results: Path, stage: str, method: str, seed: int, rate: float, threa
 
     torch.set_num_threads(threads)
     args = stage_args(stage, results, rate, threads)
-    with convergence.run_lock(convergence.run_dir(args, method, seed)) as held:
+    with convergence_runs.run_lock(convergence_runs.run_dir(args, method, seed)) as held:
         if not held:
             print(f"{stage} {method} seed {seed}: another process has it; skipped", flush=True)
             return
-        convergence.train_run(
+        convergence_runs.train_run(
             args,
             method,
             seed,
@@ -187,9 +188,9 @@ def commit_files(paths: Sequence[Path], message: str, attempts: int = 60) -> boo
 
 
 def run_files(args: argparse.Namespace, method: str, seed: int) -> list[Path]:
-    folder = convergence.run_dir(args, method, seed)
-    files = (convergence.METRICS_FILE, convergence.RUN_FILE, convergence.EVAL_FILE)
-    return [folder / name for name in files] + [convergence.task_root(args) / convergence.STUDY_FILE]  # fmt: skip
+    folder = convergence_runs.run_dir(args, method, seed)
+    files = (convergence_runs.METRICS_FILE, convergence_runs.RUN_FILE, convergence_runs.EVAL_FILE)
+    return [folder / name for name in files] + [convergence_runs.task_root(args) / convergence_runs.STUDY_FILE]  # fmt: skip
 
 
 def run_stage(stage: str, results: Path, threads: int, commit: bool, argv: Sequence[str]) -> int:

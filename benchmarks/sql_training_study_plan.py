@@ -20,8 +20,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import convergence  # noqa: E402  (a sibling script: runs, resumption, paired t)
 import convergence_powered  # noqa: E402  (Holm, paired differences)
+import convergence_report  # noqa: E402
+import convergence_runs  # noqa: E402
 from paired_stats import paired_power  # noqa: E402  (the statistics, one place)
 
 RESULTS = Path("benchmarks/results/sql-training-study")
@@ -65,7 +66,7 @@ COLLAPSE_LENGTH = 5.0  # tokens: a mean completion shorter than this is a collap
 EARLY, LATE = range(1, 6), range(6, 11)  # the pilot's two halves (steps, 1-based)
 CHECK_AFTER_SEEDS = 3
 # The issue's item 2: the step measured again at this run's policy after this many steps
-# (kept by the run as it passes that step: `convergence.kept_policy_dir`).
+# (kept by the run as it passes that step: `convergence_runs.kept_policy_dir`).
 KEPT_RUN, KEPT_STEP = (BASELINE, 0), 10
 # Per block of 5 steps (convergence_powered.diagnostics_table; its STEPS is this study's 20).
 DIAGNOSTICS = (
@@ -129,7 +130,7 @@ def learned_area(
 ) -> float | None:
     """A run's AUC minus its step-1 value: what its training added (None until complete)."""
     value = area(records, key, steps)
-    first = convergence.curve(records, key, steps)[0]
+    first = convergence_report.curve(records, key, steps)[0]
     return None if value is None else value - float(first)
 
 
@@ -140,7 +141,7 @@ def sizing(powered_study: Path = POWERED_STUDY) -> dict[str, Any]:
     share of gdpo's learned area, is the largest of the powered SmolLM2 study's two endpoints
     (its files: 6 paired seeds, 20 steps). Power of the paired t-test (5 seeds) at alpha and at
     Holm's first threshold alpha / 2, for the central prediction and its upper end."""
-    data = convergence.load_results(powered_study)
+    data = convergence_report.load_results(powered_study)
     runs = data["runs"]
     shares = {}
     for name in convergence_powered.ENDPOINTS:
@@ -306,9 +307,9 @@ def store_plan(results: Path) -> dict[str, Any]:
     changed) when the current plan differs from the stored one."""
     path = Path(results) / PLAN_FILE
     plan = json.loads(json.dumps(current_plan()))  # as JSON stores it (tuples become lists)
-    stored = convergence._read_json(path)
+    stored = convergence_runs._read_json(path)
     if stored is None:
-        convergence._write_json(path, plan)
+        convergence_runs._write_json(path, plan)
         return plan
     changed = sorted(key for key in plan.keys() | stored.keys() if plan.get(key) != stored.get(key))
     if changed:
@@ -328,7 +329,7 @@ def plan_digest(results: Path) -> str:
 
 def area(records: Sequence[Mapping[str, Any]], key: str, steps: int = STEPS) -> float | None:
     """The mean of `key` over steps 1..steps; None until every step is logged."""
-    values = convergence.curve(records, key, steps)
+    values = convergence_report.curve(records, key, steps)
     return None if np.isnan(values).any() else float(values.mean())
 
 
@@ -354,7 +355,7 @@ def pilot_rule(pilot: Mapping[float, Sequence[Mapping[str, Any]]]) -> dict[str, 
     rates = {}
     for rate in LEARNING_RATES:
         records = pilot.get(rate, [])
-        curve = convergence.curve(records, SUMMED, PILOT_STEPS)
+        curve = convergence_report.curve(records, SUMMED, PILOT_STEPS)
         done = int(np.sum(~np.isnan(curve)))
         early = float(np.mean(curve[EARLY.start - 1 : EARLY.stop - 1]))
         late = float(np.mean(curve[LATE.start - 1 : LATE.stop - 1]))
@@ -400,8 +401,8 @@ def load_pilot_runs(results: Path) -> dict[float, dict[str, Any]]:
     for rate in LEARNING_RATES:
         folder = pilot_results(results, rate) / TASK / BASELINE / f"seed{PILOT_SEED}"
         pilot[rate] = {
-            "records": convergence.read_metrics(folder / convergence.METRICS_FILE),
-            "run": convergence._read_json(folder / convergence.RUN_FILE),
+            "records": convergence_runs.read_metrics(folder / convergence_runs.METRICS_FILE),
+            "run": convergence_runs._read_json(folder / convergence_runs.RUN_FILE),
         }
     return pilot
 

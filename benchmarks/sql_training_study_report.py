@@ -16,8 +16,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import convergence  # noqa: E402  (a sibling script: runs, resumption, paired t)
 import convergence_powered  # noqa: E402  (Holm, paired differences)
+import convergence_report  # noqa: E402
+import convergence_runs  # noqa: E402
 from paired_stats import holm, paired_power, paired_t  # noqa: E402  (the statistics, one place)
 from sql_training_study_plan import (  # noqa: E402  (the design, one place)
     ALPHA,
@@ -54,11 +55,11 @@ from sql_training_study_plan import (  # noqa: E402  (the design, one place)
 
 
 def load_study(results: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """The study's runs {arm: {seed: run}} (convergence.load_results), empty before it starts."""
+    """The study's runs {arm: {seed: run}} (convergence_report.load_results), empty before it starts."""
     root = study_results(results)
-    if not (root / TASK / convergence.STUDY_FILE).is_file():
+    if not (root / TASK / convergence_runs.STUDY_FILE).is_file():
         return {}
-    return convergence.load_results(root, TASK)["runs"]
+    return convergence_report.load_results(root, TASK)["runs"]
 
 
 def complete_seeds(runs: Mapping[str, Mapping[int, Any]]) -> list[int]:
@@ -67,7 +68,7 @@ def complete_seeds(runs: Mapping[str, Mapping[int, Any]]) -> list[int]:
         seed
         for seed in SEEDS
         if all(
-            convergence._steps_done(runs.get(arm, {}).get(seed, {"records": []})) >= STEPS
+            convergence_report._steps_done(runs.get(arm, {}).get(seed, {"records": []})) >= STEPS
             for arm in ARMS
         )
     ]
@@ -163,9 +164,9 @@ def noise_check(runs: Mapping[str, Mapping[int, Any]], plan: Mapping[str, Any]) 
 def steps_to_level(records: Sequence[Mapping[str, Any]]) -> int | None:
     """Steps to a summed training reward of LEVEL (rolling mean of WINDOW); NOT_REACHED for a
     complete run that never gets there; None for an unfinished run that has not (yet)."""
-    values = convergence.curve(records, SUMMED, STEPS)
+    values = convergence_report.curve(records, SUMMED, STEPS)
     done = values[~np.isnan(values)]
-    reached = convergence.steps_to_threshold(list(done), LEVEL, WINDOW)
+    reached = convergence_report.steps_to_threshold(list(done), LEVEL, WINDOW)
     if reached is not None:
         return reached
     return NOT_REACHED if len(done) == STEPS else None
@@ -175,7 +176,7 @@ def steps_to_level(records: Sequence[Mapping[str, Any]]) -> int | None:
 
 
 def _number(value: float | None, digits: int = 3, sign: bool = False) -> str:
-    return convergence._cell(value, digits, sign)
+    return convergence_report._cell(value, digits, sign)
 
 
 def pilot_table(rule: Mapping[str, Any]) -> str:
@@ -230,12 +231,12 @@ def per_run_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
     ]
     for arm, seeds in runs.items():
         for seed, run in sorted(seeds.items()):
-            first = convergence.curve(run["records"], SUMMED, STEPS)[0]
+            first = convergence_report.curve(run["records"], SUMMED, STEPS)[0]
             reached = steps_to_level(run["records"])
             evaluation = run["eval"] or {}
             accuracy = [((evaluation.get(part) or {}).get("sql_execution") or {}).get("mean") for part in ("sampled", "greedy")]  # fmt: skip
             lines.append(
-                f"| {arm} | {seed} | {convergence._steps_done(run)} "
+                f"| {arm} | {seed} | {convergence_report._steps_done(run)} "
                 f"| {_number(area(run['records'], EXECUTION))} | {_number(area(run['records'], SUMMED))} "
                 f"| {_number(None if math.isnan(first) else float(first))} "
                 f"| {'–' if reached is None else reached} | {_number(accuracy[0])} | {_number(accuracy[1])} |"
@@ -266,14 +267,14 @@ def secondary_table(runs: Mapping[str, Mapping[int, Any]]) -> str:
 
 
 def cost_tables(results: Path, runs: Mapping[str, Mapping[int, Any]]) -> str:
-    """Time (`convergence.time_table`: each run's median step wall time, the CPU seconds a step
+    """Time (`convergence_report.time_table`: each run's median step wall time, the CPU seconds a step
     as that times the CPU share of its timed training, so a run killed and resumed is not
     undercounted) for the pilot and the study; then each run's starts of training, peak memory
     and the commit(s) it trained from."""
     pilot = {f"pilot lr {fmt_rate(rate)}": {PILOT_SEED: run} for rate, run in load_pilot_runs(results).items()}  # fmt: skip
-    text = "Pilot:\n\n" + convergence.time_table({"runs": pilot})
+    text = "Pilot:\n\n" + convergence_report.time_table({"runs": pilot})
     if runs:
-        text += "\nStudy (ratios to gdpo paired by seed):\n\n" + convergence.time_table(
+        text += "\nStudy (ratios to gdpo paired by seed):\n\n" + convergence_report.time_table(
             {"runs": runs}
         )
     lines = [
@@ -305,7 +306,9 @@ def plot_curves(runs: Mapping[str, Mapping[int, Any]], path: Path) -> None:
     for index, (key, label) in enumerate(ENDPOINTS.items()):
         axes = figure.add_subplot(1, 2, index + 1)
         for arm, seeds in runs.items():
-            curves = [convergence.curve(run["records"], key, STEPS) for run in seeds.values()]
+            curves = [
+                convergence_report.curve(run["records"], key, STEPS) for run in seeds.values()
+            ]
             curves = [c for c in curves if not np.isnan(c).all()]
             for values in curves:
                 axes.plot(x, values, color=colors[arm], linewidth=0.7, alpha=0.4)
@@ -332,7 +335,7 @@ def plot_pilot(pilot: Mapping[float, Sequence[Mapping[str, Any]]], path: Path) -
     x = np.arange(1, PILOT_STEPS + 1)
     for rate, records in pilot.items():
         if records:
-            axes.plot(x, convergence.curve(records, SUMMED, PILOT_STEPS), marker=".", label=f"lr {fmt_rate(rate)}")  # fmt: skip
+            axes.plot(x, convergence_report.curve(records, SUMMED, PILOT_STEPS), marker=".", label=f"lr {fmt_rate(rate)}")  # fmt: skip
     axes.set_xlabel("step")
     axes.set_ylabel("summed training reward (mean of the step)")
     axes.grid(alpha=0.3)
@@ -348,7 +351,7 @@ NOT_STARTED = "(no study run yet)\n"
 def write_report(results: Path = RESULTS) -> Path:
     """README.md, curves.png and pilot.png in `results`, from its files alone."""
     results = Path(results)
-    plan = convergence._read_json(results / PLAN_FILE)
+    plan = convergence_runs._read_json(results / PLAN_FILE)
     if plan is None:
         raise SystemExit(f"no {results / PLAN_FILE}: store the plan first (--plan)")
     pilot = load_pilot(results)
@@ -359,7 +362,7 @@ def write_report(results: Path = RESULTS) -> Path:
     expected = plan["prediction"]
     seeds = complete_seeds(runs) if runs else []
     evaluated = sum(bool(run["eval"]) for seeds_ in runs.values() for run in seeds_.values())
-    study = convergence._read_json(study_results(results) / TASK / convergence.STUDY_FILE)
+    study = convergence_runs._read_json(study_results(results) / TASK / convergence_runs.STUDY_FILE)
     command = study["command"] if study else "(not started)"
     tests = primary_tests(runs) if runs else []
     text = f"""# Does the better step make faster learning? Qwen2.5-Coder-0.5B on SQL, gdpo vs mrtpo (beta 1)

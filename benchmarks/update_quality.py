@@ -126,13 +126,13 @@ def memory_estimate(lane: Lane) -> list[str]:
     """Each `--reward_references` setting's estimate for a lane's run, from the policy's config
     and the task's rewards (no weights read; the cold start counted as the model it starts
     from)."""
-    import convergence
+    import convergence_runs
 
     from mrtpo import tasks
     from mrtpo.models import resolve_model_path
 
     state = ALL_STATES[lane.state_name]
-    model = convergence._default_model() if state.model == "cold_start" else state.model
+    model = convergence_runs._default_model() if state.model == "cold_start" else state.model
     parameters = config_parameters(resolve_model_path(model))
     settings = lane_memory(lane, parameters, len(tasks.get(state.task).verifiers()))
     return [estimate(**{**settings, "mode": mode}).describe() for mode in REWARD_REFERENCES]

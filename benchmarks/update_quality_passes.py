@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import convergence  # a sibling script: the cold start
+import convergence_runs  # a sibling script: the cold start
 import numpy as np
 import update_quality_resume as resume  # by its module: the tests replace its engine
 from update_quality_references import (
@@ -509,9 +509,9 @@ def policy_path(lane: Lane, state: State) -> str:
         sft_max_steps=3,
         device="cpu" if lane.device == "cpu" else lane.device,
     )
-    folder = convergence.cold_start_dir(args)
-    with convergence.run_lock(folder.parent, wait=True):
-        return str(convergence.build_cold_start(args))
+    folder = convergence_runs.cold_start_dir(args)
+    with convergence_runs.run_lock(folder.parent, wait=True):
+        return str(convergence_runs.build_cold_start(args))
 
 
 def load_state(lane: Lane) -> tuple[Any, Any, Any, Any, State]:
@@ -600,7 +600,9 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
     info = record["lanes"].setdefault(str(lane.lane), {"sessions": [], "cpu_seconds": {}})
     policy = {}
     if state.model == "cold_start" and lane.model_path is None:  # rebuilt per machine: which one
-        policy["cold_start_sha256"] = convergence.weights_digest(Path(policy_path(lane, state)))
+        policy["cold_start_sha256"] = convergence_runs.weights_digest(
+            Path(policy_path(lane, state))
+        )
     code = resume.engine()
     session = {**resume.machine(lane), **code, **lane.precision, **lane.layout, **policy}
     session["reward_references"] = lane.reward_references

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import convergence  # a sibling script: the machine
+import convergence_runs  # a sibling script: the machine
 from update_quality_states import ALL_STATES, CHECKPOINTS
 
 
@@ -126,6 +126,6 @@ def engine() -> dict[str, Any]:
 def machine(lane: Any) -> dict[str, Any]:
     import torch
 
-    return convergence.machine(
+    return convergence_runs.machine(
         argparse.Namespace(threads=torch.get_num_threads(), device=lane.device)
     )

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import beta_auto_training as study  # noqa: E402
 import convergence  # noqa: E402
 import convergence_powered  # noqa: E402
+import convergence_runs  # noqa: E402
 
 POWERED_STUDY = ROOT / "benchmarks" / "results" / "convergence-powered" / "tool_calling" / "study.json"  # fmt: skip
 COMMAND = "python benchmarks/beta_auto_training.py --threads 1 --jobs 1 --commit"
@@ -31,10 +32,10 @@ COMMAND = "python benchmarks/beta_auto_training.py --threads 1 --jobs 1 --commit
 def test_the_arms_reach_the_trainer_as_the_powered_study_ran_them(tmp_path):
     args = study.study_args(tmp_path)
     study.check_recipe(args)  # the committed powered study's settings, unchanged
-    powered = convergence.parse_args(convergence_powered.grid_argv(1, 1, "auto"))
+    powered = convergence_runs.parse_args(convergence_powered.grid_argv(1, 1, "auto"))
 
     def config(arguments, method):
-        values = convergence.method_config(arguments, method, 3, tmp_path / "out").to_dict()
+        values = convergence_runs.method_config(arguments, method, 3, tmp_path / "out").to_dict()
         return {k: v for k, v in values.items() if k not in ("output_dir", "logging_dir")}
 
     assert config(args, "gdpo") == config(powered, "gdpo")
@@ -46,7 +47,7 @@ def test_the_arms_reach_the_trainer_as_the_powered_study_ran_them(tmp_path):
     assert {k for k in auto if auto[k] != mrtpo[k]} == {"mrtpo_beta"}
     assert convergence.pending_runs(args)[:3] == [("gdpo", 0), ("auto", 0), ("auto", 1)]
     assert len(convergence.pending_runs(args)) == 7
-    other = convergence.parse_args(study.study_argv(tmp_path, [0], 1, 1) + ["--steps", "15"])
+    other = convergence_runs.parse_args(study.study_argv(tmp_path, [0], 1, 1) + ["--steps", "15"])
     with pytest.raises(SystemExit, match="steps"):
         study.check_recipe(other)
 
@@ -97,12 +98,12 @@ def write_run(folder: Path, values: dict[str, np.ndarray], auto: bool = False, s
                 record[study.PREFIX + "probe_agreement"] = 0.05 * step
                 record[study.PREFIX + "probe_seconds"] = 15.0
         lines.append(json.dumps(record))
-    (folder / convergence.METRICS_FILE).write_text("\n".join(lines) + "\n")
+    (folder / convergence_runs.METRICS_FILE).write_text("\n".join(lines) + "\n")
     session = {"cpu": "AMD EPYC", "commit": "0123456789abcdef", "cold_start_sha256": "5cd58fbc2a89aa"}  # fmt: skip
     run = {"sessions": [session], "train_seconds": 1200.0, "train_cpu_seconds": 1100.0}
-    (folder / convergence.RUN_FILE).write_text(json.dumps(run))
+    (folder / convergence_runs.RUN_FILE).write_text(json.dumps(run))
     evaluation = {"test": {"format": {"mean": 0.5 + (0.1 if auto else 0.0)}, "correctness": {"mean": 0.3}}}  # fmt: skip
-    (folder / convergence.EVAL_FILE).write_text(json.dumps(evaluation))
+    (folder / convergence_runs.EVAL_FILE).write_text(json.dumps(evaluation))
 
 
 def write_powered(root: Path) -> Path:
@@ -124,16 +125,16 @@ SHIFTS = (0.0, 0.02, -0.02, 0.04, 0.0, 0.02)
 def write_results(root: Path, powered: Path, rerun_shift: float = 0.0) -> argparse.Namespace:
     args = study.study_args(root)
     convergence.record_study(args, study.design(), command=COMMAND)
-    write_run(convergence.run_dir(args, "gdpo", 0), curves(0, rerun_shift, from_step=7))
+    write_run(convergence_runs.run_dir(args, "gdpo", 0), curves(0, rerun_shift, from_step=7))
     study.check_gdpo_seed(args, COMMAND, powered)
     for seed, shift in zip(study.SEEDS, SHIFTS, strict=True):
-        write_run(convergence.run_dir(args, "auto", seed), curves(seed, shift), auto=True)
+        write_run(convergence_runs.run_dir(args, "auto", seed), curves(seed, shift), auto=True)
     return args
 
 
 def test_the_check_of_gdpo_seed_0_and_the_baseline_it_implies(tmp_path):
     powered = write_powered(tmp_path / "powered")
-    committed = convergence.read_metrics(powered / "tool_calling/gdpo/seed0/metrics.jsonl")
+    committed = convergence_runs.read_metrics(powered / "tool_calling/gdpo/seed0/metrics.jsonl")
     same = study.reproduction(committed, committed)
     assert same["reproduces"] and same["loss"]["largest_difference"] == 0.0
     assert same["rewards/tool_format/mean"] == {"equal_steps": 20, "first_differing_step": None, "largest_difference": 0.0}  # fmt: skip
@@ -154,7 +155,7 @@ def test_the_check_of_gdpo_seed_0_and_the_baseline_it_implies(tmp_path):
     )
     # The stored check is not changed afterwards: another result is refused.
     other = [{**r, "rewards/tool_format/mean": r["rewards/tool_format/mean"] + 0.0625} for r in committed]  # fmt: skip
-    (convergence.run_dir(args, "gdpo", 0) / "metrics.jsonl").write_text("\n".join(map(json.dumps, other)))  # fmt: skip
+    (convergence_runs.run_dir(args, "gdpo", 0) / "metrics.jsonl").write_text("\n".join(map(json.dumps, other)))  # fmt: skip
     with pytest.raises(SystemExit, match="reproduction"):
         study.check_gdpo_seed(args, COMMAND, powered)
     # Differs from step 7 on: GDPO's six are rerun here, seed by seed beside auto's.
@@ -234,9 +235,11 @@ def test_the_report_regenerates_byte_for_byte_from_the_files(tmp_path):
 def test_the_auto_arm_logs_the_names_the_report_reads(tmp_path, tiny_model_dir, one_torch_thread):
     argv = study.study_argv(tmp_path, [0], 1, 1)
     argv += ["--steps", "2", "--prompts", "2", "--generations", "2", "--micro_batch", "2"]
-    args = convergence.parse_args(argv + ["--max_completion_length", "8", "--eval_samples", "0"])
-    folder = convergence.train_run(args, "auto", 0, start=str(tiny_model_dir))
-    records = convergence.read_metrics(folder / convergence.METRICS_FILE)
+    args = convergence_runs.parse_args(
+        argv + ["--max_completion_length", "8", "--eval_samples", "0"]
+    )
+    folder = convergence_runs.train_run(args, "auto", 0, start=str(tiny_model_dir))
+    records = convergence_runs.read_metrics(folder / convergence_runs.METRICS_FILE)
     assert [r["step"] for r in records] == [1, 2]
     for record in records:  # beta 0 at both steps (one probe cannot raise it), logged each step
         assert record[study.BETA] == 0.0 and record[study.PREFIX + "next_beta"] == 0.0

@@ -19,6 +19,9 @@ from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import convergence  # noqa: E402
+import convergence_report  # noqa: E402
+import convergence_runs  # noqa: E402
+import paired_stats  # noqa: E402
 
 
 def study_args(tmp_path: Path, *extra: str) -> list[str]:
@@ -30,48 +33,52 @@ def study_args(tmp_path: Path, *extra: str) -> list[str]:
 
 def test_methods_differ_only_by_their_overrides(tmp_path):
     variant = '{"advantage_estimator": "mrtpo", "mrtpo_beta": 0.3}'
-    args = convergence.parse_args(
+    args = convergence_runs.parse_args(
         study_args(
             tmp_path, "--methods", "gdpo", "mrtpo_beta3", "--variant", f"mrtpo_beta3={variant}"
         )  # fmt: skip
     )
-    gdpo = convergence.method_config(args, "gdpo", 4, tmp_path / "a").to_dict()
-    variant_config = convergence.method_config(args, "mrtpo_beta3", 4, tmp_path / "a").to_dict()
+    gdpo = convergence_runs.method_config(args, "gdpo", 4, tmp_path / "a").to_dict()
+    variant_config = convergence_runs.method_config(
+        args, "mrtpo_beta3", 4, tmp_path / "a"
+    ).to_dict()
     assert variant_config["mrtpo_beta"] == 0.3
     assert variant_config["advantage_estimator"] == "mrtpo"
     differing = {key for key in gdpo if gdpo[key] != variant_config[key]}
     assert differing == {"advantage_estimator", "mrtpo_beta"}
     assert gdpo["seed"] == 4 and gdpo["max_steps"] == args.steps
     assert gdpo["per_device_train_batch_size"] * gdpo["gradient_accumulation_steps"] == 16
-    shuffled = convergence.method_config(args, "mrtpo_shuffled", 0, tmp_path / "b")
+    shuffled = convergence_runs.method_config(args, "mrtpo_shuffled", 0, tmp_path / "b")
     assert shuffled.shuffle_token_weights and shuffled.advantage_estimator == "mrtpo"
 
 
 def test_bad_variants_and_methods_are_refused(tmp_path):
     with pytest.raises(SystemExit, match="unknown method"):
-        convergence.parse_args(study_args(tmp_path, "--methods", "nope"))
+        convergence_runs.parse_args(study_args(tmp_path, "--methods", "nope"))
     with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
-        convergence.parse_variant("x={bad")
+        convergence_runs.parse_variant("x={bad")
     with pytest.raises(argparse.ArgumentTypeError, match="NAME=JSON"):
-        convergence.parse_variant("just-a-name")
-    args = convergence.parse_args(
+        convergence_runs.parse_variant("just-a-name")
+    args = convergence_runs.parse_args(
         study_args(tmp_path, "--methods", "odd", "--variant", 'odd={"no_such_field": 1}')
     )
     with pytest.raises(ValueError, match="method 'odd'"):
-        convergence.method_config(args, "odd", 0, tmp_path)
+        convergence_runs.method_config(args, "odd", 0, tmp_path)
     with pytest.raises(SystemExit, match="micro_batch"):
-        convergence.parse_args(study_args(tmp_path, "--micro_batch", "3"))
+        convergence_runs.parse_args(study_args(tmp_path, "--micro_batch", "3"))
 
 
 def test_seeds_per_method_and_pending_order(tmp_path):
-    args = convergence.parse_args(
+    args = convergence_runs.parse_args(
         study_args(
             tmp_path, "--methods", "gdpo", "mrtpo", "--seeds", "0", "--seeds_for", "mrtpo=0,1"
         )
     )
-    assert convergence.seeds_of(args) == {"gdpo": [0], "mrtpo": [0, 1]}
+    assert convergence_runs.seeds_of(args) == {"gdpo": [0], "mrtpo": [0, 1]}
     assert convergence.pending_runs(args) == [("gdpo", 0), ("mrtpo", 0), ("mrtpo", 1)]
-    convergence._write_json(convergence.run_dir(args, "mrtpo", 0) / convergence.EVAL_FILE, {})
+    convergence_runs._write_json(
+        convergence_runs.run_dir(args, "mrtpo", 0) / convergence_runs.EVAL_FILE, {}
+    )
     assert convergence.pending_runs(args) == [("gdpo", 0), ("mrtpo", 1)]
 
 
@@ -80,8 +87,8 @@ def test_a_run_locked_by_another_process_is_skipped_then_free(tmp_path):
 
     folder = tmp_path / "gdpo" / "seed0"
     holder = (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); import convergence; from pathlib "
-        "import Path\nwith convergence.run_lock(Path(sys.argv[2])) as held:\n"
+        "import sys, time; sys.path.insert(0, sys.argv[1]); import convergence_runs; from pathlib "
+        "import Path\nwith convergence_runs.run_lock(Path(sys.argv[2])) as held:\n"
         "    print(held, flush=True); time.sleep(30)"
     )
     benchmarks = str(Path(convergence.__file__).parent)
@@ -90,43 +97,43 @@ def test_a_run_locked_by_another_process_is_skipped_then_free(tmp_path):
     )
     try:
         assert other.stdout.readline().strip() == "True"
-        with convergence.run_lock(folder) as held:
+        with convergence_runs.run_lock(folder) as held:
             assert held is False
     finally:
         other.kill()
         other.wait()
     # The lock dies with its process: the run is free again, and held while inside.
-    with convergence.run_lock(folder) as held:
+    with convergence_runs.run_lock(folder) as held:
         assert held is True
-        with convergence.run_lock(folder) as again:  # another open file description
+        with convergence_runs.run_lock(folder) as again:  # another open file description
             assert again is False
-    assert (folder / convergence.CHECKPOINTS / "run.lock").is_file()
+    assert (folder / convergence_runs.CHECKPOINTS / "run.lock").is_file()
 
 
 def test_study_data_is_left_alone_when_unchanged_and_replaced_whole_otherwise(
     tmp_path, tiny_model_dir
 ):
-    args = convergence.parse_args(study_args(tmp_path, "--max_reference_tokens", "100000"))
+    args = convergence_runs.parse_args(study_args(tmp_path, "--max_reference_tokens", "100000"))
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
-    train = convergence.write_study_data(args, tokenizer) / "train.jsonl"
+    train = convergence_runs.write_study_data(args, tokenizer) / "train.jsonl"
     rows = train.read_text().splitlines()
     assert len(rows) > 1 and all(json.loads(row)["id"] for row in rows)
     # A second grid process writing the same rows does not touch the file a run is reading.
     before = train.stat().st_mtime_ns
-    convergence.write_study_data(args, tokenizer)
+    convergence_runs.write_study_data(args, tokenizer)
     assert train.stat().st_mtime_ns == before
     train.write_text(rows[0] + "\n")
-    convergence.write_study_data(args, tokenizer)
+    convergence_runs.write_study_data(args, tokenizer)
     assert train.read_text().splitlines() == rows
     assert not list(train.parent.glob("*.tmp"))
 
 
 def test_a_study_refuses_other_settings_in_the_same_folder(tmp_path):
-    convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "5")))
+    convergence.record_study(convergence_runs.parse_args(study_args(tmp_path, "--steps", "5")))
     with pytest.raises(SystemExit, match="steps"):
-        convergence.record_study(convergence.parse_args(study_args(tmp_path, "--steps", "6")))
+        convergence.record_study(convergence_runs.parse_args(study_args(tmp_path, "--steps", "6")))
     # A recorded design (e.g. the pre-registered analysis) is kept, never changed.
-    args = convergence.parse_args(study_args(tmp_path, "--steps", "5"))
+    args = convergence_runs.parse_args(study_args(tmp_path, "--steps", "5"))
     convergence.record_study(args, {"analysis": "plan A"})
     convergence.record_study(args, {"analysis": "plan A"})
     convergence.record_study(args)  # a run without one keeps it
@@ -147,7 +154,7 @@ class Killed(Exception):
 def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     tmp_path, tiny_model_dir, monkeypatch, one_torch_thread
 ):
-    args = convergence.parse_args(
+    args = convergence_runs.parse_args(
         study_args(
             tmp_path,
             *("--cold_start", str(tiny_model_dir), "--methods", "gdpo", "--seeds", "0"),
@@ -158,8 +165,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
         )
     )
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
-    convergence.write_study_data(args, tokenizer)
-    folder = convergence.run_dir(args, "gdpo", 0)
+    convergence_runs.write_study_data(args, tokenizer)
+    folder = convergence_runs.run_dir(args, "gdpo", 0)
 
     save = transformers.Trainer._save_checkpoint
 
@@ -168,25 +175,25 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
         raise Killed
 
     with pytest.raises(ValueError, match="keep_steps: 3 is not a saved step"):
-        convergence.train_run(args, "gdpo", 0, keep_steps=[3])
+        convergence_runs.train_run(args, "gdpo", 0, keep_steps=[3])
     monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save_then_die)
     with pytest.raises(Killed):  # killed after step 1's checkpoint, before its callbacks
-        convergence.train_run(args, "gdpo", 0, keep_steps=[1, 2])
+        convergence_runs.train_run(args, "gdpo", 0, keep_steps=[1, 2])
     monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save)
     assert (folder / "checkpoints" / "checkpoint-1").is_dir()
-    assert not convergence.kept_policy_dir(folder / "checkpoints", 1).exists()
+    assert not convergence_runs.kept_policy_dir(folder / "checkpoints", 1).exists()
     step_1 = (folder / "checkpoints" / "checkpoint-1" / "model.safetensors").read_bytes()
-    first = convergence.read_metrics(folder / "checkpoints" / "metrics.jsonl")
+    first = convergence_runs.read_metrics(folder / "checkpoints" / "metrics.jsonl")
     assert [record["step"] for record in first] == [1]
     assert convergence.pending_runs(args) == [("gdpo", 0)]
 
-    convergence.train_run(args, "gdpo", 0, keep_steps=[1, 2])
+    convergence_runs.train_run(args, "gdpo", 0, keep_steps=[1, 2])
     run = json.loads((folder / "run.json").read_text())
     assert run["resumed_from"] == ["checkpoint-1"] and run["trained"]
     # Both steps' policies kept: step 1's copied on resuming (its save outlived its callback),
     # step 2's as it was saved; each outlives the rotation of the step checkpoints.
     assert not (folder / "checkpoints" / "checkpoint-1").exists()
-    kept = [convergence.kept_policy_dir(folder / "checkpoints", step) for step in (1, 2)]
+    kept = [convergence_runs.kept_policy_dir(folder / "checkpoints", step) for step in (1, 2)]
     assert (kept[0] / "model.safetensors").read_bytes() == step_1
     weights = [load_file(policy / "model.safetensors") for policy in kept]
     final = load_file(folder / "checkpoints" / "model.safetensors")  # the trained model
@@ -201,7 +208,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
         assert session["started_at"].endswith("Z") and len(session["load_average"]) == 3
     weights = hashlib.sha256((tiny_model_dir / "model.safetensors").read_bytes()).hexdigest()
     assert [session["cold_start_sha256"] for session in run["sessions"]] == [weights, weights]
-    records = convergence.read_metrics(folder / "metrics.jsonl")
+    records = convergence_runs.read_metrics(folder / "metrics.jsonl")
     assert [record["step"] for record in records] == [1, 2]
     assert records[0] == first[0]  # step 1 kept, not redone
     evaluation = json.loads((folder / "final_eval.json").read_text())
@@ -210,15 +217,15 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
 
     assert convergence.pending_runs(args) == []
     # The cold start (step 0) is evaluated as a run's final policy is, once.
-    start = convergence.evaluate_cold_start(args)
+    start = convergence_runs.evaluate_cold_start(args)
     cold = json.loads((start / "final_eval.json").read_text())
     assert cold["test"]["rows"] == 2 and cold["bfcl_simple_python"]["rows"] == 1
     assert json.loads((start / "run.json").read_text())["evaluated"] == str(tiny_model_dir)
     stamp = (start / "final_eval.json").stat().st_mtime_ns
-    convergence.evaluate_cold_start(args)
+    convergence_runs.evaluate_cold_start(args)
     assert (start / "final_eval.json").stat().st_mtime_ns == stamp
     stamp = (folder / "final_eval.json").stat().st_mtime_ns
-    convergence.train_run(args, "gdpo", 0)  # finished: nothing is redone
+    convergence_runs.train_run(args, "gdpo", 0)  # finished: nothing is redone
     assert (folder / "final_eval.json").stat().st_mtime_ns == stamp
     assert json.loads((folder / "run.json").read_text()) == run
 
@@ -226,10 +233,10 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_finished_runs_are_skipped(
     # "trained" without the model to evaluate starts the run over instead of failing.
     (folder / "final_eval.json").unlink()
     shutil.rmtree(folder / "checkpoints")
-    convergence.train_run(args, "gdpo", 0)
+    convergence_runs.train_run(args, "gdpo", 0)
     again = json.loads((folder / "run.json").read_text())
     assert again["resumed_from"] == [] and again["trained"]
-    retrained = convergence.read_metrics(folder / "metrics.jsonl")
+    retrained = convergence_runs.read_metrics(folder / "metrics.jsonl")
     assert [(r["step"], r.get("loss")) for r in retrained] == [(r["step"], r.get("loss")) for r in records]  # fmt: skip
 
 
@@ -242,7 +249,7 @@ def test_each_run_draws_its_own_evaluation_samples_and_the_cold_start_keeps_seed
     seed 0, the seed every evaluation used before."""
     import mrtpo.evaluation
 
-    args = convergence.parse_args(
+    args = convergence_runs.parse_args(
         study_args(
             tmp_path,
             *("--cold_start", str(tiny_model_dir), "--methods", "gdpo", "mrtpo"),
@@ -251,12 +258,14 @@ def test_each_run_draws_its_own_evaluation_samples_and_the_cold_start_keeps_seed
             *("--bfcl_examples", "0", "--eval_batch", "4"),
         )
     )
-    convergence.write_study_data(args, transformers.AutoTokenizer.from_pretrained(tiny_model_dir))
+    convergence_runs.write_study_data(
+        args, transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    )
     runs = [("gdpo", 0), ("gdpo", 1), ("mrtpo", 0)]
     for method, seed in runs:
-        folder = convergence.run_dir(args, method, seed)
+        folder = convergence_runs.run_dir(args, method, seed)
         shutil.copytree(tiny_model_dir, folder / "checkpoints")  # the trained model
-        convergence._write_json(folder / "run.json", {"method": method, "seed": seed, "trained": True})  # fmt: skip
+        convergence_runs._write_json(folder / "run.json", {"method": method, "seed": seed, "trained": True})  # fmt: skip
     drawn = []
     generate = mrtpo.evaluation.generate
 
@@ -267,8 +276,8 @@ def test_each_run_draws_its_own_evaluation_samples_and_the_cold_start_keeps_seed
 
     monkeypatch.setattr(mrtpo.evaluation, "generate", recorded)
     for method, seed in runs:
-        convergence.train_run(args, method, seed)
-    start = convergence.evaluate_cold_start(args)
+        convergence_runs.train_run(args, method, seed)
+    start = convergence_runs.evaluate_cold_start(args)
 
     assert [seed for seed, _ in drawn] == [1000, 1001, 1000, 0]
     samples = [completions for _, completions in drawn]
@@ -276,7 +285,7 @@ def test_each_run_draws_its_own_evaluation_samples_and_the_cold_start_keeps_seed
     assert samples[0] == samples[2]  # one training seed: one draw, whatever the method
     assert samples[3] != samples[0]  # the cold start's draw is none of the runs'
     recorded_seeds = [
-        json.loads((convergence.run_dir(args, m, s) / "run.json").read_text())["eval_seed"]
+        json.loads((convergence_runs.run_dir(args, m, s) / "run.json").read_text())["eval_seed"]
         for m, s in runs
     ]
     assert recorded_seeds == [1000, 1001, 1000]
@@ -287,20 +296,20 @@ def test_each_run_draws_its_own_evaluation_samples_and_the_cold_start_keeps_seed
 
 
 def test_steps_to_threshold_and_median_with_not_reached():
-    assert convergence.steps_to_threshold([0.7, 0.8, 0.9, 0.9]) == 3  # (0.7+0.8+0.9)/3 = 0.8
-    assert convergence.steps_to_threshold([0.9, 0.9]) is None  # no full window
-    assert convergence.steps_to_threshold([1.0, 0.3, 1.0, 0.9, 0.8]) == 5
-    assert convergence.steps_to_threshold([0.5] * 10) is None
-    assert convergence.median_steps([3, None, 5]) == 5
-    assert convergence.median_steps([3, None, None]) is None
-    assert convergence.median_steps([2, 4]) == 3
-    assert convergence.median_steps([2, None]) is None
-    assert convergence.median_steps([]) is None
+    assert convergence_report.steps_to_threshold([0.7, 0.8, 0.9, 0.9]) == 3  # (0.7+0.8+0.9)/3 = 0.8
+    assert convergence_report.steps_to_threshold([0.9, 0.9]) is None  # no full window
+    assert convergence_report.steps_to_threshold([1.0, 0.3, 1.0, 0.9, 0.8]) == 5
+    assert convergence_report.steps_to_threshold([0.5] * 10) is None
+    assert convergence_report.median_steps([3, None, 5]) == 5
+    assert convergence_report.median_steps([3, None, None]) is None
+    assert convergence_report.median_steps([2, 4]) == 3
+    assert convergence_report.median_steps([2, None]) is None
+    assert convergence_report.median_steps([]) is None
 
 
 def test_paired_t_against_a_hand_computation():
     differences = [0.05, 0.10, -0.02, 0.07, 0.03]
-    got = convergence.paired_t(differences)
+    got = paired_stats.paired_t(differences)
     # mean 0.046, s = 0.045056, s / sqrt(5) = 0.020149; t_{4, 0.975} = 2.776445
     assert got["mean"] == pytest.approx(0.046)
     assert got["t"] == pytest.approx(0.046 / 0.0201494, rel=1e-5)
@@ -308,13 +317,13 @@ def test_paired_t_against_a_hand_computation():
     assert got["high"] == pytest.approx(0.046 + 2.776445 * 0.0201494, abs=1e-6)
     assert got["p"] == pytest.approx(0.08451, abs=2e-4)  # two-sided, t = 2.2829, 4 df
     assert got["n"] == 5
-    assert convergence.paired_t([0.1, 0.1, 0.1])["low"] == pytest.approx(0.1)
+    assert paired_stats.paired_t([0.1, 0.1, 0.1])["low"] == pytest.approx(0.1)
     with pytest.raises(ValueError, match="at least 2"):
-        convergence.paired_t([0.1])
+        paired_stats.paired_t([0.1])
 
 
 def test_median_band_ignores_missing_steps():
-    median, low, high = convergence.median_band(
+    median, low, high = convergence_report.median_band(
         [np.array([0.0, 1.0, np.nan]), np.array([1.0, 2.0, np.nan]), np.array([2.0, 3.0, np.nan])]
     )
     assert median[:2].tolist() == [1.0, 2.0] and low[:2].tolist() == [0.5, 1.5]
@@ -372,7 +381,7 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
         },  # fmt: skip
         "seeds": {"gdpo": [0, 1, 2], "mrtpo": [0, 1, 2], "grpo": [0, 1, 2]},
     }
-    convergence._write_json(root / "tool_calling" / "study.json", study)
+    convergence_runs._write_json(root / "tool_calling" / "study.json", study)
     write_fixture_run(root, "gdpo", 0, [0.5, 0.6, 0.7, 0.8], 0.30)  # never 0.8 on average
     write_fixture_run(root, "gdpo", 1, [0.8, 0.8, 0.8, 0.9], 0.40)  # step 3
     write_fixture_run(root, "gdpo", 2, [0.2, 0.3], 0.0)  # unfinished: 2 of 4 steps
@@ -383,7 +392,7 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     write_fixture_run(root, "grpo", 1, [0.8, 0.8, 0.8], 0.0)  # step 3, 3 of 4 steps run
     # grpo seed 2: not started (no folder)
 
-    path = convergence.write_report(root)
+    path = convergence_report.write_report(root)
     text = path.read_text()
     assert text.index("python benchmarks/convergence.py --steps 4") < text.index("## Training")
     # A run in progress is "pending", not "not reached"; the median is over decided seeds.
@@ -408,4 +417,4 @@ def test_report_is_regenerated_from_the_results_files(tmp_path):
     assert "| gdpo | 10.0 | 20.0 | 30.0 | 20.0 | 1.00 | 7.5 | 1.00 | 100 |" in text
     assert "| mrtpo | tool_format | 0.020 | 0.020 | 0.400 | 0.400 |" in text
     assert (root / "curves.png").stat().st_size > 0 and (root / "replay.png").stat().st_size > 0
-    assert convergence.write_report(root).read_text() == text  # from the files alone
+    assert convergence_report.write_report(root).read_text() == text  # from the files alone

@@ -15,15 +15,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import convergence  # noqa: E402
 import convergence_powered as powered  # noqa: E402
+import convergence_runs  # noqa: E402
+import paired_stats  # noqa: E402
 
 
 def test_the_design_reaches_the_trainer_config(tmp_path):
-    args = convergence.parse_args(powered.grid_argv(jobs=2, threads=1, device="cpu"))
+    args = convergence_runs.parse_args(powered.grid_argv(jobs=2, threads=1, device="cpu"))
     assert args.methods == ["gdpo", "mrtpo", "mrtpo_shuffled", "mrtpo_placebo"]
     assert args.seeds == [0, 1, 2, 3, 4, 5] and args.steps == 20 and args.eval_cold_start
     assert (args.prompts, args.generations, args.max_completion_length) == (4, 4, 96)
     assert args.learning_rate == 1e-5 and args.results == powered.RESULTS
-    configs = {m: convergence.method_config(args, m, 0, tmp_path) for m in args.methods}
+    configs = {m: convergence_runs.method_config(args, m, 0, tmp_path) for m in args.methods}
     assert configs["gdpo"].advantage_estimator == "gdpo"
     for method in ("mrtpo", "mrtpo_shuffled", "mrtpo_placebo"):
         config = configs[method]
@@ -141,7 +143,7 @@ def test_exploratory_table_puts_the_controls_against_gdpo():
         - np.mean([r["rewards/tool_format/mean"] for r in runs["gdpo"][s]["records"]])
         for s in powered.SEEDS
     ]
-    test = convergence.paired_t(differences)
+    test = paired_stats.paired_t(differences)
     assert test["mean"] == pytest.approx(-0.1, abs=0.01)
     assert (
         f"| mrtpo_placebo - gdpo | tool_format | 6 | {test['mean']:+.3f} | "
@@ -173,7 +175,7 @@ def write_study(root: Path, runs: dict, cold_start: dict | None, power: dict) ->
         "analysis": powered.PREREGISTRATION,
         "power": power,
     }
-    convergence._write_json(task / "study.json", study)
+    convergence_runs._write_json(task / "study.json", study)
     for method, seeds in runs.items():
         for seed, run in seeds.items():
             folder = task / method / f"seed{seed}"
@@ -183,7 +185,7 @@ def write_study(root: Path, runs: dict, cold_start: dict | None, power: dict) ->
             evaluation = {part: {metric: {"mean": 0.5, "se": 0.02} for metric in ("format", "correctness", "exact")} for part in ("test", "bfcl_simple_python")}  # fmt: skip
             (folder / "final_eval.json").write_text(json.dumps(evaluation))
     if cold_start is not None:
-        convergence._write_json(task / "cold_start" / "final_eval.json", cold_start)
+        convergence_runs._write_json(task / "cold_start" / "final_eval.json", cold_start)
 
 
 def test_power_calculation_on_a_first_study(tmp_path):

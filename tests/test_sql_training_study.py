@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import convergence  # noqa: E402
 import convergence_powered  # noqa: E402
+import convergence_runs  # noqa: E402
 import sql_training_study as study  # noqa: E402
 import sql_training_study_plan as plan  # noqa: E402
 import sql_training_study_report as report  # noqa: E402
@@ -34,7 +35,9 @@ EXPECTED_README = Path(__file__).with_name("sql_training_study_expected_README.m
 def test_the_arms_reach_the_trainer_as_the_recipe_says(tmp_path):
     recipe = yaml.safe_load((ROOT / plan.RECIPE).read_text())
     args = study.stage_args("study", tmp_path, 3e-6, 2)
-    configs = {arm: convergence.method_config(args, arm, 4, tmp_path / arm) for arm in plan.ARMS}
+    configs = {
+        arm: convergence_runs.method_config(args, arm, 4, tmp_path / arm) for arm in plan.ARMS
+    }
     for arm, config in configs.items():
         for key in (
             "num_generations",
@@ -203,9 +206,9 @@ def study_records(arm: str, seed: int, steps: int = 20) -> list[dict]:
 def write_run(folder: Path, records, record: dict, evaluation: dict | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    convergence._write_json(folder / "run.json", record)
+    convergence_runs._write_json(folder / "run.json", record)
     if evaluation is not None:
-        convergence._write_json(folder / "final_eval.json", evaluation)
+        convergence_runs._write_json(folder / "final_eval.json", evaluation)
 
 
 def run_record(steps: int, commit: str = "abcdef1234567890") -> dict:
@@ -234,7 +237,7 @@ def write_fixture(results: Path) -> None:
     plan.store_plan(results)
     write_pilot(results)
     root = plan.study_results(results) / "sql"
-    convergence._write_json(
+    convergence_runs._write_json(
         root / "study.json",
         {
             "command": "python benchmarks/sql_training_study.py --study",
@@ -325,8 +328,8 @@ def test_a_run_resumes_mid_run_and_is_evaluated_on_the_tiny_model(
     argv = study.stage_argv("study", tmp_path, 1e-5, 1)
     argv += ["--steps", "2", "--save_steps", "1", "--prompts", "2", "--generations", "2"]
     argv += ["--micro_batch", "2", "--max_completion_length", "8", "--eval_rows", "2"]
-    args = convergence.parse_args(argv + ["--eval_batch", "2"])
-    folder = convergence.run_dir(args, "mrtpo", 0)
+    args = convergence_runs.parse_args(argv + ["--eval_batch", "2"])
+    folder = convergence_runs.run_dir(args, "mrtpo", 0)
     save = transformers.Trainer._save_checkpoint
 
     def save_then_die(self, *arguments, **keywords):
@@ -334,7 +337,7 @@ def test_a_run_resumes_mid_run_and_is_evaluated_on_the_tiny_model(
         raise Killed
 
     def train(arm):
-        convergence.train_run(
+        convergence_runs.train_run(
             args, arm, 0, start=str(tiny_model_dir), evaluate=study.evaluate_sql,
             provenance=update_quality.engine(),
         )  # fmt: skip
@@ -349,7 +352,7 @@ def test_a_run_resumes_mid_run_and_is_evaluated_on_the_tiny_model(
     assert run["resumed_from"] == ["checkpoint-1"] and run["trained"]
     assert [s["checkpoint"] for s in run["sessions"]] == [None, "checkpoint-1"]
     assert all(len(s["commit"]) == 40 and "start_sha256" in s for s in run["sessions"])
-    records = convergence.read_metrics(folder / "metrics.jsonl")
+    records = convergence_runs.read_metrics(folder / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2]
     evaluation = json.loads((folder / "final_eval.json").read_text())
     assert run["eval_seed"] == 1000
@@ -359,7 +362,9 @@ def test_a_run_resumes_mid_run_and_is_evaluated_on_the_tiny_model(
     assert evaluation["sampled"]["seed"] == 1000 and evaluation["greedy"]["decoding"] == "greedy"
     # Paired: the same seed draws the same first sample in both arms (beta is 0 at step 1).
     train("gdpo")
-    gdpo = convergence.read_metrics(convergence.run_dir(args, "gdpo", 0) / "metrics.jsonl")
+    gdpo = convergence_runs.read_metrics(
+        convergence_runs.run_dir(args, "gdpo", 0) / "metrics.jsonl"
+    )
     for key in ("reward", "completions/mean_length", "rewards/sql_format/mean"):
         assert gdpo[0][key] == records[0][key]
     assert not math.isnan(gdpo[1]["loss"])
@@ -370,7 +375,7 @@ def test_run_json_is_on_disk_before_training_starts(tmp_path, tiny_model_dir, mo
     import mrtpo.training
 
     args = study.stage_args("pilot", tmp_path, 1e-5, 1)
-    folder = convergence.run_dir(args, "gdpo", plan.PILOT_SEED)
+    folder = convergence_runs.run_dir(args, "gdpo", plan.PILOT_SEED)
     seen = []
 
     def training_that_dies(*arguments, **keywords):
@@ -379,7 +384,7 @@ def test_run_json_is_on_disk_before_training_starts(tmp_path, tiny_model_dir, mo
 
     monkeypatch.setattr(mrtpo.training, "run_training", training_that_dies)
     with pytest.raises(KeyboardInterrupt):
-        convergence.train_run(args, "gdpo", plan.PILOT_SEED, start=str(tiny_model_dir))
+        convergence_runs.train_run(args, "gdpo", plan.PILOT_SEED, start=str(tiny_model_dir))
     assert len(seen) == 1 and not seen[0]["trained"]
     assert [session["checkpoint"] for session in seen[0]["sessions"]] == [None]
     assert seen[0]["settings"]["learning_rate"] == 1e-5 and seen[0]["settings"]["task"] == "sql"
@@ -393,7 +398,7 @@ def test_the_study_keeps_step_10_of_gdpo_seed_0_for_the_step_measurement(tmp_pat
     def record(args, method, seed, **keywords):
         kept[(args.results.name, method, seed)] = list(keywords["keep_steps"])
 
-    monkeypatch.setattr(convergence, "train_run", record)
+    monkeypatch.setattr(convergence_runs, "train_run", record)
     for stage, method, seed in (("study", "gdpo", 0), ("study", "mrtpo", 0), ("study", "gdpo", 1), ("pilot", "gdpo", 100)):  # fmt: skip
         study.worker(tmp_path, stage, method, seed, 3e-6, 1)
     assert kept == {
