@@ -515,6 +515,8 @@ def diagnostics_table(
         "|---|---|" + "---:|" * len(diagnostics),
     ]
     for method, seeds in runs.items():
+        if not seeds:  # an arm with no run logged yet
+            continue
         for start, end in blocks:
             cells = []
             for key, _ in diagnostics:

@@ -293,3 +293,14 @@ def test_the_machines_table_shows_each_start_of_training():
         "AMD EPYC, cold start 0123456789ab | – | – |"
     )
     assert table.count("| – | – | – | – |") == len(powered.SEEDS) - 1
+
+
+def test_the_diagnostics_table_skips_an_arm_without_runs():
+    """A study's report is written after each run: while an arm has no run yet, its row is left
+    out (a crash there stopped the runner before its commit)."""
+    records = [{"step": step, "grad_norm": 2.0 * step} for step in range(1, 21)]
+    runs = {"gdpo": {0: {"records": records}}, "auto": {}}
+    table = powered.diagnostics_table(runs, (("grad_norm", "gradient norm"),))
+    rows = [line for line in table.splitlines() if line.startswith("| gdpo")]
+    assert [row.split(" | ")[1] for row in rows] == ["1-5", "6-10", "11-15", "16-20"]
+    assert "| gdpo | 1-5 | 6.000 |" in table and "auto" not in table
