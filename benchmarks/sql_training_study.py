@@ -25,7 +25,8 @@ finished run's files and the regenerated report are committed (those paths only)
 
 Results: `benchmarks/results/sql-training-study/` (plan.json, README.md, curves.png, pilot.png;
 `pilot/lr<rate>/sql/gdpo/seed100/` and `study/sql/<arm>/seed<k>/`: metrics.jsonl, run.json,
-final_eval.json).
+final_eval.json; `step-at-10/`: item 2, the step measured at gdpo seed 0's policy after 10
+steps by `benchmarks/update_quality.py`, reported by `sql_training_study_step.py`).
 """
 
 from __future__ import annotations

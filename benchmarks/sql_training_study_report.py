@@ -1,6 +1,7 @@
 """The SQL training study's analysis and report (issue #47), from its results files alone:
 the primary paired tests with Holm, the noise check after 3 seeds, the per-run, secondary,
-diagnostic and cost tables, the figures, and README.md (`python benchmarks/sql_training_study.py
+diagnostic and cost tables, the step measured at gdpo seed 0 after 10 steps (item 2:
+`sql_training_study_step.py`), the figures, and README.md (`python benchmarks/sql_training_study.py
 --report`, byte for byte from the files). The design it reads is `sql_training_study_plan.py`.
 """
 
@@ -50,6 +51,7 @@ from sql_training_study_plan import (  # noqa: E402  (the design, one place)
     prediction,
     study_results,
 )
+from sql_training_study_step import step_section  # noqa: E402  (item 2: the step at step 10)
 
 # ----------------------------------------------------------------------------- the analysis
 
@@ -405,6 +407,9 @@ Thin lines: one seed; thick: the mean over seeds.
 ### Diagnostics per block of 5 steps (mean over steps and seeds)
 
 {convergence_powered.diagnostics_table(runs, DIAGNOSTICS) if runs else NOT_STARTED}
+## The step at gdpo seed 0 after 10 steps (item 2)
+
+{step_section(results)}
 ## Cost and provenance
 
 {cost_tables(results, runs)}"""

@@ -42,6 +42,15 @@ report (`update_quality_plan2_analysis.py`, `update_quality_plan2_report.py`):
 pilot's samples (`--sample pilot --sample_only`, then `--decide_cap`: `update_quality_cap.py`)
 into `qwen_instructions/cap.json`, which every later step reads.
 
+A checkpoint state (`update_quality_states.CHECKPOINT_STATES`, in neither plan) measures a
+policy a training run kept along the way: its main sample alone, of a fixed size and folds,
+drawn fresh from that policy on the main sample's prompts; grpo, gdpo and its few token-level
+variants; no pilot, power step or cap decision. Its policy folder is a path relative to the
+repository root (run from the main checkout, the code from a pinned worktree), refused while
+absent; its weights' digest is kept in run.json. The SQL training study's item 2
+(`--state qwen_sql_gdpo_seed0_step10 --results benchmarks/results/sql-training-study/step-at-10`)
+is reported by that study's report.
+
 What a run keeps of the rewards' own references (`--reward_references per_fold|whole|none`;
 the summed reward's is always kept per fold) and what that costs: `update_quality_references.py`.
 A run whose references do not fit `--memory_limit_gb` (default: this machine's memory less a
@@ -86,6 +95,7 @@ from update_quality_report import write_report  # noqa: E402
 from update_quality_states import *  # noqa: E402, F403
 from update_quality_states import (  # noqa: E402
     ALL_STATES,
+    CHECKPOINT_STATES,
     PILOT_BATCHES,
     PLAN_2_STATES,
     POWER_FILE,
@@ -93,11 +103,13 @@ from update_quality_states import (  # noqa: E402
     RUN_FILE,
     SAMPLES,
     State,
+    main_sample_size,
     max_batches,
     read_json,
     record_plan,
     sample_dir,
     state_dir,
+    state_estimators,
     write_json,
 )
 from update_quality_weights import *  # noqa: E402, F403
@@ -106,13 +118,43 @@ from update_quality_weights import *  # noqa: E402, F403
 
 
 def main_batches(results: Path, state: str) -> int:
-    """The main sample's size: the pilot's power calculation (`--power`) decides it."""
-    power = read_json(state_dir(results, state) / POWER_FILE)
-    if power is None:
+    """The main sample's size: the pilot's power calculation (`--power`) decides it, a
+    checkpoint state fixes it."""
+    batches = main_sample_size(results, state)
+    if batches is None:
         raise SystemExit(
             f"no {state_dir(results, state) / POWER_FILE}: run the pilot and --power first"
         )
-    return int(power["batches"])
+    return batches
+
+
+FOLDS = 4  # --folds' default (a checkpoint state's: its own)
+
+
+def run_folds(args: argparse.Namespace) -> int:
+    """The folds of a run: a checkpoint state's own (measured as it was defined: its main
+    sample, no pilot, no power step, no cap decision), else `--folds` (default FOLDS)."""
+    state = CHECKPOINT_STATES.get(args.state)
+    if state is None:
+        return FOLDS if args.folds is None else args.folds
+    refused = [
+        flag
+        for flag, given in (
+            ("--sample pilot", args.sample == "pilot"),
+            ("--power", args.power),
+            ("--decide_cap", args.decide_cap),
+            ("--cap", args.cap is not None),
+            (f"--folds {args.folds}", args.folds not in (None, state.folds)),
+        )
+        if given
+    ]
+    if refused:
+        raise SystemExit(
+            f"{args.state} is a checkpoint state: {state.batches} main mini-batches in "
+            f"{state.folds} folds, fixed in advance (no pilot, power step or cap decision); "
+            f"leave out {', '.join(refused)}"
+        )
+    return state.folds
 
 
 def prompt_batches(state: State) -> int:
@@ -133,6 +175,8 @@ def memory_estimate(lane: Lane) -> list[str]:
 
     state = ALL_STATES[lane.state_name]
     model = convergence_runs._default_model() if state.model == "cold_start" else state.model
+    if lane.state_name in CHECKPOINT_STATES and not Path(model, "config.json").is_file():
+        model = CHECKPOINT_STATES[lane.state_name].start  # not kept yet: the same architecture
     parameters = config_parameters(resolve_model_path(model))
     settings = lane_memory(lane, parameters, len(tasks.get(state.task).verifiers()))
     return [estimate(**{**settings, "mode": mode}).describe() for mode in REWARD_REFERENCES]
@@ -176,10 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add(
         "--folds",
         type=int,
-        default=4,
         help="disjoint folds of mini-batches (b %% folds) the references are kept in, so that "
         "the intervals count the shared reference (the fold jackknife); at most one per "
-        "mini-batch (default 4)",
+        f"mini-batch (default {FOLDS}; a checkpoint state's are its own)",
     )
     add(
         "--reward_references",
@@ -240,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.state is None:
         parser.error("--state is required unless --report")
+    folds = run_folds(args)
     if args.decide_cap:
         decided = decide_cap(
             args.results, args.state, stored_plan_2(args.results), args.cap, args.reason
@@ -253,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         if not all(measured):
             raise SystemExit(f"{args.state} {args.sample}: not measured in both results folders")
-        compared = precision_comparison(*measured)
+        compared = precision_comparison(*measured, state_estimators(args.state))
         write_json(
             sample_dir(args.compare_with, args.state, args.sample) / "comparison.json", compared
         )
@@ -276,13 +320,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(state_dir(args.results, args.state) / POWER_FILE, power)
         print(json.dumps(power, indent=1))
         return 0
-    if args.folds < 1:
-        parser.error(f"--folds must be at least 1, got {args.folds}")
+    if folds < 1:
+        parser.error(f"--folds must be at least 1, got {folds}")
     if not 0 <= args.lane < args.lanes:
         parser.error(f"--lane must be in [0, --lanes), got {args.lane} of {args.lanes}")
     only_sampling = args.sample_only or args.memory_estimate  # (the cap sets no memory)
     cap = lane_cap(args.results, args.state, args.sample, args.cap, only_sampling)
-    if not args.memory_estimate:
+    if not args.memory_estimate and args.state not in CHECKPOINT_STATES:  # in neither plan
         record_plan(args.results)
         if args.state in PLAN_2_STATES:  # the second plan, stored before its first measurement
             record_plan(args.results, plan_2(), PLAN_2_FILE)
@@ -299,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.rows_per_forward,
         args.recompute,
         args.bf16,
-        folds=args.folds,
+        folds=folds,
         reward_references=args.reward_references,
         memory_limit_gb=args.memory_limit_gb,
         cap=cap,

@@ -21,15 +21,14 @@ from update_quality_states import (
     MAX_GRAD_NORM,
     PILOT_BATCHES,
     POWER,
-    POWER_FILE,
     PRIMARY_CONTRASTS,
     PROMPTS_PER_BATCH,
     SAMPLES,
     SECONDARY_CONTRASTS,
     STATES,
+    main_sample_size,
     read_json,
     sample_dir,
-    state_dir,
 )
 
 # Every estimator of either plan: (variant, beta). A name means the same in both plans.
@@ -43,16 +42,15 @@ def load_measures(
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """{state: {sample: [measures of its mini-batches, by index]}} from the results files, for
     `states` (default the first plan's). Each record gets `sample_batches`, the sample's
-    planned size (the pilot's fixed size, the main sample's from the power calculation): its
-    reference averages over the other mini-batches of all of them, whether or not they are
-    measured yet."""
+    planned size (the pilot's fixed size, the main sample's from the power calculation or a
+    checkpoint state's fixed one): its reference averages over the other mini-batches of all of
+    them, whether or not they are measured yet."""
     out: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for state in states:
-        power = read_json(state_dir(results, state) / POWER_FILE)
         for sample in SAMPLES:
             folder = sample_dir(results, state, sample) / "measures"
             records = [read_json(path) for path in sorted(folder.glob("batch*.json"))]
-            planned = PILOT_BATCHES if sample == "pilot" else (power or {}).get("batches")
+            planned = PILOT_BATCHES if sample == "pilot" else main_sample_size(results, state)
             for record in records:
                 record["sample_batches"] = max(planned or 0, len(records))
             if records:
@@ -220,19 +218,23 @@ def power_calculation(pilot: Sequence[Mapping[str, Any]], cap: int) -> dict[str,
 
 
 def precision_comparison(
-    reference: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]
+    reference: Sequence[Mapping[str, Any]],
+    other: Sequence[Mapping[str, Any]],
+    estimators: Iterable[str] = ESTIMATORS,
 ) -> dict[str, Any]:
     """The same mini-batches measured twice (e.g. float32 and `--bf16`): per estimator the mean
     cosine of each, the largest per-mini-batch change of the cosine, and per contrast (primary
-    and secondary) the mean difference of each with the change of its mean. Only the
-    mini-batches measured both ways count (a partial second measurement compares on its own)."""
+    and secondary, those between `estimators`: default the first plan's, all of them) the mean
+    difference of each with the change of its mean. Only the mini-batches measured both ways
+    count (a partial second measurement compares on its own)."""
     common = sorted({r["batch"] for r in reference} & {r["batch"] for r in other})
     if not common:
         raise ValueError("precision_comparison: the two measurements share no mini-batch")
+    names = list(estimators)
     batches = len({r["batch"] for r in reference})  # the sample's size sets each reference's scale
-    first = per_estimator([r for r in reference if r["batch"] in common], batches)
-    second = per_estimator([r for r in other if r["batch"] in common], batches)
-    estimators = {
+    first = per_estimator([r for r in reference if r["batch"] in common], batches, names)
+    second = per_estimator([r for r in other if r["batch"] in common], batches, names)
+    compared = {
         name: {
             "mean_cosine": [
                 float(np.mean(first[name]["cosine"])),
@@ -246,16 +248,18 @@ def precision_comparison(
                 float(np.mean(second[name]["norm"])),
             ],
         }
-        for name in ESTIMATORS
+        for name in names
     }
     contrasts = {}
     for a, b in (*PRIMARY_CONTRASTS, *SECONDARY_CONTRASTS):
+        if a not in names or b not in names:
+            continue
         means = [
             float(np.mean(np.subtract(values[a]["cosine"], values[b]["cosine"])))
             for values in (first, second)
         ]
         contrasts[f"{a} - {b}"] = {"mean_difference": means, "change": means[1] - means[0]}
-    return {"batches": common, "estimators": estimators, "contrasts": contrasts}
+    return {"batches": common, "estimators": compared, "contrasts": contrasts}
 
 
 # ----------------------------------------------------------------------------- folds
@@ -321,8 +325,7 @@ def fold_test(
     jackknife interval (`paired_stats.fold_jackknife`): fold f left out of the mean and out of
     every remaining mini-batch's reference. None where the records hold no folds or fewer than
     2 folds are measured."""
-    values = fold_statistic(records, mean_difference(first, second))
-    return None if values is None else fold_jackknife(*values, level)
+    return fold_interval(records, mean_difference(first, second), level)
 
 
 def fold_tests(
@@ -333,3 +336,38 @@ def fold_tests(
         {"contrast": (first, second), "test": fold_test(records, first, second)}
         for first, second in contrasts
     ]
+
+
+def mean_cosine(estimator: str) -> Callable[[Sequence[Mapping[str, Any]]], float]:
+    """The statistic of an estimator: its mean cosine over the mini-batches (summed reward)."""
+    return lambda records: float(
+        np.mean([batch_measures(r, estimator, 2)["cosine"] for r in records])
+    )
+
+
+def mean_ratio(
+    measure: str, first: str, second: str
+) -> Callable[[Sequence[Mapping[str, Any]]], float]:
+    """The statistic of two estimators' `measure` ("gain": the first-order gain of the clipped
+    step; "norm": the gradient norm): `first`'s mean over the mini-batches over `second`'s (the
+    sample's size scales both gains alike: it cancels)."""
+
+    def statistic(records: Sequence[Mapping[str, Any]]) -> float:
+        means = [
+            float(np.mean([batch_measures(r, name, 2)[measure] for r in records]))
+            for name in (first, second)
+        ]
+        return means[0] / means[1] if means[1] else float("nan")
+
+    return statistic
+
+
+def fold_interval(
+    records: Sequence[Mapping[str, Any]],
+    statistic: Callable[[Sequence[Mapping[str, Any]]], float],
+    level: float = 0.95,
+) -> dict[str, float] | None:
+    """A statistic of the mini-batches with its fold jackknife interval (`fold_statistic`,
+    `paired_stats.fold_jackknife`); None where the records hold no folds or fewer than 2."""
+    values = fold_statistic(records, statistic)
+    return None if values is None else fold_jackknife(*values, level)

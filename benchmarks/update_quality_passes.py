@@ -36,6 +36,7 @@ from update_quality_resume import (  # noqa: F401  (reached as update_quality.<n
 )
 from update_quality_states import (
     ALL_STATES,
+    CHECKPOINT_STATES,
     CHECKPOINTS,
     GROUP_SIZE,
     PLAN_2_STATES,
@@ -47,6 +48,7 @@ from update_quality_states import (
     batch_inputs,
     batch_rows,
     build_trainer,
+    checkpoint_policy,
     configured,
     max_batches,
     read_json,
@@ -496,10 +498,13 @@ class Lane:
 
 
 def policy_path(lane: Lane, state: State) -> str:
-    """The state's policy: a test's model, the embedded model, or the powered study's cold
-    start (built once into this state's folder, by the study's own recipe)."""
+    """The state's policy: a test's model, a checkpoint state's kept policy (refused while it
+    is not there), the embedded model, or the powered study's cold start (built once into this
+    state's folder, by the study's own recipe)."""
     if lane.model_path is not None:
         return lane.model_path
+    if lane.state_name in CHECKPOINT_STATES:
+        return str(checkpoint_policy(lane.state_name))
     if state.model != "cold_start":
         return state.model
     args = argparse.Namespace(
@@ -544,9 +549,11 @@ def variants_of(state: str, results: Path | None = None) -> Mapping[str, Mapping
     """The token-level variants measured on a state: its plan's (the second plan's add the
     generic context and contrastive relevance); the first plan's states measured again into
     the second plan's re-measurement folder (`results` named FOLDS_RESULTS: `folds/`) get the
-    second plan's too, one set for every re-measurement."""
+    second plan's too, one set for every re-measurement; a checkpoint state its own few."""
     from update_quality_plan2 import FOLDS_RESULTS, TOKEN_VARIANTS_2
 
+    if state in CHECKPOINT_STATES:
+        return {name: TOKEN_VARIANTS[name] for name in CHECKPOINT_STATES[state].variants}
     again = results is not None and Path(results).name == FOLDS_RESULTS
     return TOKEN_VARIANTS_2 if state in PLAN_2_STATES or again else TOKEN_VARIANTS
 
@@ -603,6 +610,14 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         policy["cold_start_sha256"] = convergence_runs.weights_digest(
             Path(policy_path(lane, state))
         )
+    if lane.state_name in CHECKPOINT_STATES:  # a training run's: which weights were measured
+        digest = convergence_runs.weights_digest(Path(policy_path(lane, state)))
+        if record.setdefault("policy_sha256", digest) != digest:
+            raise SystemExit(
+                f"{lane.folder / RUN_FILE}: sampled from the policy with sha256 "
+                f"{record['policy_sha256']}, this run's has {digest}: a sample has one policy"
+            )
+        policy["policy_sha256"] = digest
     code = resume.engine()
     session = {**resume.machine(lane), **code, **lane.precision, **lane.layout, **policy}
     session["reward_references"] = lane.reward_references
@@ -612,7 +627,8 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
             "limit": memory.limit_gb, "disk": memory.disk_gb,
         }  # fmt: skip
     info["sessions"].append(session)
-    settings = resume.reference_settings(lane, code["commit"], policy.get("cold_start_sha256"))
+    built = policy.get("cold_start_sha256") or policy.get("policy_sha256")  # weights by digest
+    settings = resume.reference_settings(lane, code["commit"], built)
     info["batches"] = lane.batches
     write_json(lane.folder / RUN_FILE, record)
 

@@ -11,7 +11,13 @@ from typing import Any
 
 import numpy as np
 from paired_stats import paired_t
-from update_quality_analysis import contrast_tests, load_measures, per_estimator, primary_tests
+from update_quality_analysis import (
+    contrast_tests,
+    load_measures,
+    mean_ratio,
+    per_estimator,
+    primary_tests,
+)
 from update_quality_references import record_mode
 from update_quality_states import (
     ALL_STATES,
@@ -291,6 +297,14 @@ def _count(k: int, n: int) -> str:
     return f"{k} of {n} ({k / n:.1%})" if n else "–"
 
 
+def reward_means(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """A sample's mean of each reward over its responses (a missing score left out)."""
+    scores = np.array([row for r in records for row in r["rewards"]], dtype=float)
+    return {
+        name: float(np.nanmean(scores[:, k])) for k, name in enumerate(records[0]["reward_names"])
+    }
+
+
 def sample_tables(results: Path) -> list[str]:
     """The responses at the completion cap, the prompts' length, and per reward its mean and
     how many responses earn it (score > 0) among those at the cap and those that finish."""
@@ -310,11 +324,12 @@ def sample_tables(results: Path) -> list[str]:
             prompts = np.mean([len(ids) for r in records for ids in r["prompt_ids"]])
             cap = f"{_count(int(stopped.sum()), len(stopped))} at {STATES[state].max_completion_length}"
             lengths.append(f"| {state} | {sample} | {len(stopped)} | {cap} | {prompts:.0f} |")
+            means = reward_means(records)
             for k, name in enumerate(records[0]["reward_names"]):
                 earned = np.nan_to_num(scores[:, k]) > 0
                 at_cap, finished = earned[stopped], earned[~stopped]
                 rewards.append(
-                    f"| {state} | {sample} | {name} | {np.nanmean(scores[:, k]):.2f} | "
+                    f"| {state} | {sample} | {name} | {means[name]:.2f} | "
                     f"{_count(int(at_cap.sum()), len(at_cap))} | "
                     f"{_count(int(finished.sum()), len(finished))} |"
                 )
@@ -348,11 +363,13 @@ def relative_table(measures: Mapping[str, Any]) -> str:
         for sample in SAMPLES:
             if sample not in samples:
                 continue
-            values = per_estimator(samples[sample])
+            records = samples[sample]
             for measure, label, form in (("gain", "gain", "{:+.0%}"), ("norm", "norm", "{:.2f}x")):
-                base = np.mean(values["gdpo"][measure])
                 shift = -1 if measure == "gain" else 0
-                cells = [form.format(np.mean(v[measure]) / base + shift) for v in values.values()]
+                cells = [
+                    form.format(mean_ratio(measure, name, "gdpo")(records) + shift)
+                    for name in ESTIMATORS
+                ]
                 lines.append(f"| {state} | {sample} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

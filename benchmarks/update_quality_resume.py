@@ -32,8 +32,10 @@ FLAGS = {"bf16": "--bf16", "store_dtype": "--store_dtype", "lanes": "--lanes",
 BEFORE = {"reward_references": "per_fold"}
 
 
-def reference_settings(lane: Any, commit: str | None, cold_start: str | None) -> dict[str, Any]:
-    policy = cold_start or lane.model_path or ALL_STATES[lane.state_name].model
+def reference_settings(lane: Any, commit: str | None, digest: str | None) -> dict[str, Any]:
+    """What a sample's reference parts must share. The policy: by its weights' `digest` where
+    it is a built folder (the cold start, a training run's checkpoint), else its name or path."""
+    policy = digest or lane.model_path or ALL_STATES[lane.state_name].model
     flags = {name: getattr(lane, name) for name in FLAGS}
     flags["folds"] = lane.fold_count  # the folds the sums are kept in
     return {"commit": commit, "code_sha256": code_digest(), "policy": policy, **flags}

@@ -70,7 +70,38 @@ PLAN_2_STATES: dict[str, State] = {
         learning_rate=1e-6,
     ),
 }
-ALL_STATES: dict[str, State] = {**STATES, **PLAN_2_STATES}
+
+
+@dataclass(frozen=True)
+class CheckpointState(State):
+    """A policy a training run kept along the way (`model`: its folder, a path relative to the
+    repository root, resolved against the working directory), measured outside either plan: no
+    pilot and no power step, a main sample of a fixed size drawn fresh from that policy (the
+    main sample's prompts and sampling seeds), its token-level `variants` only."""
+
+    batches: int = 9  # the main sample's mini-batches, fixed in advance
+    folds: int = 3  # the references' folds (the fold jackknife's F)
+    variants: tuple[str, ...] = ("mrtpo",)  # TOKEN_VARIANTS measured (beside grpo and gdpo)
+    start: str = ""  # the model the run trained from: the architecture, for the memory estimate
+    kept_by: str = ""  # the run that keeps the policy, and the step it must pass
+
+
+# Measurements at a training study's checkpoint: kept apart from both plans (neither stores
+# them). The SQL training study's gdpo seed 0 after 10 steps (issue #47, item 2): its kept policy
+# (`convergence_runs.kept_policy_dir`, git-ignored), the study's completion length and rate; 9
+# mini-batches of the first plan's qwen_sql main sample's prompts, in 3 folds of 3.
+CHECKPOINT_STATES: dict[str, CheckpointState] = {
+    "qwen_sql_gdpo_seed0_step10": CheckpointState(
+        task="sql",
+        model="benchmarks/results/sql-training-study/study/sql/gdpo/seed0/checkpoints/policy-step10",
+        max_completion_length=128,
+        learning_rate=3e-6,
+        start="qwen2.5-coder-0.5b-instruct",
+        kept_by="the SQL training study's run gdpo seed 0 (benchmarks/sql_training_study.py "
+        "--study) must pass step 10 first",
+    ),
+}
+ALL_STATES: dict[str, State] = {**STATES, **PLAN_2_STATES, **CHECKPOINT_STATES}
 
 # Measured directly (one gradient each per mini-batch). "ref/<reward>" are the references.
 # The token-level variants at beta = 1: the trainer's settings that make each.
@@ -154,6 +185,36 @@ refused.
 
 
 # ----------------------------------------------------------------------------- paths, plan
+
+
+def state_estimators(state: str) -> dict[str, tuple[str, float | None]]:
+    """The first plan's estimators a state measures: every one, or, for a checkpoint state, the
+    response-level ones and its variants' (`CheckpointState.variants`, at each beta)."""
+    if state not in CHECKPOINT_STATES:
+        return ESTIMATORS
+    kept = {*RESPONSE_LEVEL, *CHECKPOINT_STATES[state].variants}
+    return {name: spec for name, spec in ESTIMATORS.items() if spec[0] in kept}
+
+
+def main_sample_size(results: Path, state: str) -> int | None:
+    """The main sample's planned mini-batches: a checkpoint state's fixed size, else the pilot's
+    power calculation's (`<state>/power.json`); None before it."""
+    if state in CHECKPOINT_STATES:
+        return CHECKPOINT_STATES[state].batches
+    power = read_json(state_dir(results, state) / POWER_FILE)
+    return None if power is None else int(power["batches"])
+
+
+def checkpoint_policy(state: str) -> Path:
+    """A checkpoint state's policy folder; refused (SystemExit) where no policy is there yet,
+    naming the run that must keep it."""
+    folder = Path(CHECKPOINT_STATES[state].model)
+    if not (folder / "config.json").is_file() or not list(folder.glob("*.safetensors")):
+        raise SystemExit(
+            f"{state}: no policy in {folder.resolve()} (the state's folder, relative to the "
+            f"working directory: run from the main checkout): {CHECKPOINT_STATES[state].kept_by}"
+        )
+    return folder
 
 
 def state_dir(results: Path, state: str) -> Path:

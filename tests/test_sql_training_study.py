@@ -312,6 +312,10 @@ def test_the_report_regenerates_byte_for_byte_from_the_files(tmp_path):
     assert report.write_report(tmp_path).read_text() == text  # from the files alone, again
     assert "**The study's learning rate: 3e-06.**" in text
     assert "step 4: mean completion 2 tokens" in text
+    # Item 2 (test_sql_training_study_step.py): not measured in the fixture; the first plan's
+    # committed qwen_sql beside it, read from benchmarks/results/update-quality/.
+    assert "## The step at gdpo seed 0 after 10 steps (item 2)" in text
+    assert "**After 10 steps: not measured yet**" in text and "| gdpo | – | +0.3737 [" in text
 
 
 # ----------------------------------------------------------------------------- end to end
