@@ -11,43 +11,53 @@ re-allocation's gradient is g_R = g_mrtpo - g_gdpo. Every dot product of a combi
 two is a combination of the stored ones (`combination`); its cosine and clipped gain are the
 benchmark's own (`update_quality_analysis.batch_measures`).
 
-**The rule offline.** A state measured with F folds (mini-batch b in fold b % F, each
-reference kept per fold: R_g^{-b} is fold g's part of b's leave-one-out reference of the summed
-reward, less b's own part where b is in g). For each fold f:
+**The rule offline.** The trainer's agreement (`mrtpo.advantages.gradient_agreement`, the
+trainer's own function) is the sign of the derivative in beta of the clipped step's cosine
+with the reference: cos(g_R, T) - cos(g, T) cos(g, g_R) at the step g = g_U + beta g_R, T the
+reference. Its sums come from the stored numbers (`batch_sums`): <g_R, T> and <g_U, T> from the
+dots with the references (`combination`), |g_R|^2 = norm2_mrtpo - 2 dot_gdpo + norm2_gdpo,
+|g_U|^2 = norm2_gdpo, <g_U, g_R> = dot_gdpo - norm2_gdpo, |T|^2 from the reference's Gram
+matrix. A state measured with F folds (mini-batch b in fold b % F, each reference kept per
+fold: R_g^{-b} is fold g's part of b's leave-one-out reference of the summed reward, less b's
+own part where b is in g). For each fold f, from beta = 0:
 
-1. the agreements a_c = cos(g_R^c, sum_{g != f} R_g^{-c}) of every mini-batch c outside f
-   (undefined ones, |g_R^c| = 0, dropped, as the trainer drops a probe without one);
+1. the agreements at beta of every mini-batch c outside f, against its reference
+   sum_{g != f} R_g^{-c} (undefined ones, |g_R^c| = 0, dropped, as the trainer drops a probe
+   without one);
 2. their mean, standard error and one-sided 95% lower bound: `mrtpo.advantages.
    agreement_bound`, the trainer's own function (Student's t from its table);
-3. beta_f = beta_max (1, `mrtpo_beta_max`'s default) if the bound is above 0, else 0;
+3. while the bound is above 0 and beta below beta_max (1, `mrtpo_beta_max`'s default), beta
+   rises by 0.1 (`mrtpo_beta_step`'s default) and the agreements are taken again at the new
+   beta; beta_f is where this walk stops (0 where the bound at 0 is not above 0);
 4. every mini-batch b of fold f is judged at the auto step g_U^b + beta_f g_R^b.
 
-Neither side of the choice holds a sample of fold f: the g_R^c are of other folds' mini-batches,
-their references leave fold f out.
+Neither side of the choice holds a sample of fold f: the g_R^c and g_U^c are of other folds'
+mini-batches, their references leave fold f out.
 
-**Why beta_max or 0.** The trainer moves beta by `mrtpo_beta_step` (0.1) after each probe, up
-while the window's bound is above 0 and down otherwise, within [0, beta_max]; evidence whose
-bound keeps its sign drives it to beta_max or to 0, its only resting points. One measured
-policy fixes only that sign, so the offline auto step is where the rule goes on this policy; a
-beta between the two would describe a run's length, not the evidence. Every other fold's
-agreement enters the bound, not the last 8 (`mrtpo_beta_window`): the window forgets probes of
-earlier policies, and here every probe is of the same policy. What it cannot mirror: the
-sequential steps (a run starts at 0, its first probe has no bound, and with the defaults the
-powered study's 20 steps allow at most 0.4, at steps 18-20: `beta_auto_training.beta_ceiling`),
-so this judges the beta the rule heads for, not the one a 20-step run trains at; the policy
-moving under the probes; the window of 8, whose bound flips sign more often than a bound over
-every fold (the report prints the bound 8 agreements of the same mean and SD would have: where
-it is below 0 and the pooled one above, the trainer would rise slowly or hover); the warm-up's
-cap. A probe pools a step's micro-batches; here a probe is one mini-batch, the training shape.
+**Why the walk.** The trainer moves beta by `mrtpo_beta_step` after each probe, up while the
+window's bound at the beta it trained with is above 0, down otherwise, within [0, beta_max].
+The agreement depends on beta (the cosine of the step can peak between 0 and 1), so on one
+policy the rule climbs from 0 until the bound stops being positive and then hovers between
+that beta and one step below (or stays at 0, or at beta_max); the walk is that climb, and
+beta_f the highest beta it reaches. Every other fold's agreement enters the bound, not the
+last 8 (`mrtpo_beta_window`): the window forgets probes of earlier policies (and of other
+betas), and here every probe is of the same policy at the same beta. What it cannot mirror:
+the sequential steps (a run starts at 0, its first probe has no bound, and with the defaults
+the powered study's 20 steps allow at most 0.4, at steps 18-20:
+`beta_auto_training.beta_ceiling`), so this judges the beta the rule heads for, not the one a
+20-step run trains at; the policy moving under the probes; the window of 8, whose bound flips
+sign more often than a bound over every fold (the report prints, at beta 0, the bound 8
+agreements of the same mean and SD would have); the warm-up's cap. A probe pools a step's
+micro-batches; here a probe is one mini-batch, the training shape.
 
-**The reference.** The trainer's independent estimate is GDPO's g_U summed over the step's
-other micro-batches; here it is the benchmark's reference, the summed reward's leave-one-out
-policy gradient of the other mini-batches. The records hold no dot product of one mini-batch's
-g_R with another's g_U: each direction is stored through its dots with the references and
-`dot_gdpo`, its dot with gdpo's step of the same responses, which shares their noise and must
-not choose beta. So the offline agreement asks whether g_R points along the summed reward's
-gradient (the judgement's own target), the trainer's whether it points along GDPO's step
-(per-reward normalized): an idealized rule, with a better reference than the trainer has.
+**The reference.** The trainer's reference is the summed reward's policy gradient (each row's
+reward less its group's other rows' mean, on every trained token) summed over the step's other
+micro-batches; here it is the benchmark's reference, the summed reward's leave-one-out policy
+gradient of the other mini-batches: the same estimate, from more samples (every other
+mini-batch rather than a step's few micro-batches). The records hold no dot product of one
+mini-batch's g_R with another's g_U, and none is needed: each direction is stored through its
+dots with the references and `dot_gdpo`, its dot with gdpo's step of the same responses, which
+gives <g_U, g_R> of the same mini-batch, as the trainer's probe takes it.
 
 **The judgement.** Per state, mini-batch b in fold f: the auto step's cosine with b's reference
 (every fold, less b: the benchmark's primary endpoint) and its clipped first-order gain, paired
@@ -86,13 +96,14 @@ from update_quality_plan2 import FOLDS_RESULTS, PLAN_2_STATES
 from update_quality_plan2_report import NOT_YET, _table, _test_cell
 from update_quality_states import RESULTS, STATES
 
-from mrtpo.advantages import agreement_bound, t_quantile_95
+from mrtpo.advantages import agreement_bound, gradient_agreement, t_quantile_95
 
 OUT = Path("benchmarks/results/beta-auto-offline")
 REPORT = "README.md"
 COMMAND = ".venv/bin/python benchmarks/beta_auto_offline.py --report"
 VARIANT = "mrtpo"  # the token-level variant whose slope g_R the rule weighs
 BETA_MAX = 1.0  # `mrtpo_beta_max`'s default
+STEP = 0.1  # `mrtpo_beta_step`'s default: the walk's step (`walk`)
 WINDOW = 8  # `mrtpo_beta_window`'s default: only the report's column
 AUTO = "auto"
 COMPARED = ("gdpo", "mrtpo(0.25)", "mrtpo(0.5)", "mrtpo(1)")
@@ -178,19 +189,41 @@ def measures_of(
     return batch_measures(alone if folds is None else restricted(alone, folds), "gdpo", 2)
 
 
-def agreement(record: Mapping[str, Any], folds: Sequence[int] | None = None) -> float:
-    """cos(g_R, the mini-batch's reference restricted to `folds`; None: as the record holds
-    it); NaN where |g_R| or the reference is 0."""
-    return measures_of(record, combination(record, -1.0, 1.0), folds)["cosine"]
+def batch_sums(record: Mapping[str, Any], folds: Sequence[int] | None = None) -> dict[str, float]:
+    """`gradient_agreement`'s sums of one mini-batch: g_U gdpo's stored direction, g_R =
+    g_mrtpo - g_gdpo (`combination`), the reference T restricted to `folds` (None: as the record
+    holds it); the summed reward's reference with every reward's weight 1, as `batch_measures`."""
+    slope, uniform = combination(record, -1.0, 1.0), record["directions"]["gdpo"]
+    dots = []
+    for entry in (slope, uniform):
+        alone = {**record, "directions": {"gdpo": entry}}
+        alone = alone if folds is None else restricted(alone, folds)
+        dots.append(float(np.sum(alone["directions"]["gdpo"]["ref_dots"])))
+    return {
+        "reallocation_dot": dots[0],
+        "uniform_dot": dots[1],
+        "reallocation_sq": slope["norm2"],
+        "uniform_sq": uniform["norm2"],
+        "cross": slope["dot_gdpo"],
+        "reference_sq": float(np.sum(alone["ref_gram"])),
+    }
+
+
+def agreement(
+    record: Mapping[str, Any], folds: Sequence[int] | None = None, beta: float = 0.0
+) -> float:
+    """The trainer's agreement at `beta` (`gradient_agreement` of `batch_sums`): cos(g_R, T) -
+    cos(g, T) cos(g, g_R), g = g_U + beta g_R; NaN where |g_R|, T or g is 0."""
+    return gradient_agreement(**batch_sums(record, folds), beta=beta)
 
 
 def fold_agreements(
-    records: Sequence[Mapping[str, Any]], fold: int, kept: Sequence[int]
+    records: Sequence[Mapping[str, Any]], fold: int, kept: Sequence[int], beta: float = 0.0
 ) -> list[float]:
-    """The evidence for fold `fold`'s beta: the agreement of every mini-batch outside it with
-    its reference restricted to the folds in `kept` but `fold`; undefined ones dropped."""
+    """The evidence for fold `fold`'s beta at `beta`: the agreement of every mini-batch outside
+    it with its reference restricted to the folds in `kept` but `fold`; undefined ones dropped."""
     folds = [g for g in kept if g != fold]
-    values = [agreement(r, folds) for r in records if r["fold"] != fold]
+    values = [agreement(r, folds, beta) for r in records if r["fold"] != fold]
     return [value for value in values if not math.isnan(value)]
 
 
@@ -200,13 +233,29 @@ def window_bound(mean: float, se: float, n: int, window: int = WINDOW) -> float:
     return mean - t_quantile_95(window - 1) * se * math.sqrt(n / window)
 
 
+def walk(
+    evidence: Callable[[float], Sequence[float]], beta_max: float, step: float = STEP
+) -> tuple[float, float]:
+    """(beta, its bound) where the rule's climb stops (the module's docstring): from 0, up by
+    `step` (at most beta_max) while the bound of `evidence(beta)`, the agreements at beta, is
+    above 0 (NaN, fewer than 2: no rise)."""
+    beta = 0.0
+    while True:
+        lower = agreement_bound(evidence(beta))[2]
+        if not lower > 0 or beta >= beta_max:
+            return beta, lower
+        beta = min(beta_max, round(beta + step, 12))
+
+
 def fold_choice(
     records: Sequence[Mapping[str, Any]], fold: int, kept: Sequence[int], beta_max: float
 ) -> dict[str, Any]:
-    """Fold `fold`'s beta by the rule (the module's docstring) from `fold_agreements`, with
-    the evidence's n, mean, SE, lower bound and a window's bound (`window_bound`)."""
+    """Fold `fold`'s beta by the rule (the module's docstring), with the evidence at beta 0
+    (n, mean, SE, lower bound, a window's bound: `window_bound`) and the bound where it
+    stopped."""
     values = fold_agreements(records, fold, kept)
     mean, se, lower = agreement_bound(values)
+    beta, stop = walk(lambda b: fold_agreements(records, fold, kept, b), beta_max)
     return {
         "fold": fold,
         "batches": sum(r["fold"] == fold for r in records),
@@ -215,7 +264,8 @@ def fold_choice(
         "se": se,
         "lower": lower,
         "window_lower": window_bound(mean, se, len(values)),
-        "beta": beta_max if lower > 0 else 0.0,  # NaN (fewer than 2): no rise
+        "beta": beta,
+        "stop_lower": stop,
     }
 
 
@@ -354,11 +404,12 @@ def state_lines(state: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
         f"{judged['batches']} mini-batches measured (of {judged['planned']} planned) in "
         f"{judged['folds']} folds.",
         "",
-        "Each fold's beta, from the other folds' agreements with references without it:",
+        "Each fold's beta, from the other folds' agreements with references without it (at "
+        "beta 0, and the bound where the walk stopped):",
         "",
     ]
     header = ["fold", "its mini-batches", "agreements", "mean", "SE", "95% lower bound"]
-    header += [f"a window of {WINDOW}'s bound", "beta"]
+    header += [f"a window of {WINDOW}'s bound", "beta", "bound at beta"]
     rows = [
         [
             str(c["fold"]),
@@ -369,6 +420,7 @@ def state_lines(state: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
             _number(c["lower"]),
             _number(c["window_lower"]),
             f"{c['beta']:g}",
+            _number(c["stop_lower"]),
         ]
         for c in judged["choices"]
     ]
@@ -399,18 +451,25 @@ def state_lines(state: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def in_sample_lines(results: Path) -> list[str]:
-    """The first plan's fold-less measures: each mini-batch's agreement with its whole
-    reference, their bound and the beta the rule would take in sample (not a judgement)."""
+    """The first plan's fold-less measures: each mini-batch's agreement at beta 0 with its
+    whole reference, their bound and the beta the rule's walk reaches in sample (not a
+    judgement)."""
     header = ["state", "mini-batches", "mean agreement", "SE", "95% lower bound"]
-    header += [f"a window of {WINDOW}'s bound", "beta in sample"]
+    header += [f"a window of {WINDOW}'s bound", "mean cos(g_R, T)", "beta in sample"]
     rows = []
     for state in STATES:
         records = [r for r in state_records(results, state, "") if VARIANT in r["directions"]]
         if not records:
             rows.append([state, NOT_YET, *["–"] * (len(header) - 2)])
             continue
-        values = [a for a in (agreement(r) for r in records) if not math.isnan(a)]
+
+        def evidence(beta: float, records: list[dict[str, Any]] = records) -> list[float]:
+            values = (agreement(r, beta=beta) for r in records)
+            return [a for a in values if not math.isnan(a)]
+
+        values = evidence(0.0)
         mean, se, lower = agreement_bound(values)
+        cosines = [measures_of(r, combination(r, -1.0, 1.0))["cosine"] for r in records]
         rows.append(
             [
                 state,
@@ -419,7 +478,8 @@ def in_sample_lines(results: Path) -> list[str]:
                 _number(se, ".4f"),
                 _number(lower),
                 _number(window_bound(mean, se, len(values))),
-                f"{BETA_MAX if lower > 0 else 0.0:g}",
+                _number(float(np.nanmean(cosines))),
+                f"{walk(evidence, BETA_MAX)[0]:g}",
             ]
         )
     return [
@@ -428,8 +488,10 @@ def in_sample_lines(results: Path) -> list[str]:
         "Measured without folds, each mini-batch's reference is one sum over every other "
         "mini-batch: the reference of every mini-batch whose agreement would choose a beta "
         "holds the samples of the mini-batch that beta is judged on, so nothing here is "
-        "cross-fitted. Each mini-batch's agreement cos(g_R, its whole reference) and the beta "
-        "the rule takes from all of them, a preview of the sign the folds will be asked:",
+        "cross-fitted. Each mini-batch's agreement at beta 0 with its whole reference T, "
+        "cos(g_R, T) - cos(g_U, T) cos(g_U, g_R), beside the cosine cos(g_R, T) alone (the "
+        "rule before issue #50's revision asked only for its sign), and the beta the rule's "
+        "walk reaches from all of them, a preview of what the folds will be asked:",
         "",
         *_table(header, rows),
         "",

@@ -4,8 +4,10 @@ the two-process run of tests/test_beta_auto.py.
 `FirstChar` rewards a completion whose first character has an even code: the reward is decided
 by the first token alone. `planted_replay` stands in for `mrtpo.relevance.replay_distances` and
 puts every reward's whole distance on each response's first token, so the re-allocation moves
-credit onto the token that decides the reward: its gradient points uphill, along the policy
-gradient. With `shuffle_token_weights` the same weights land on random tokens: across.
+credit off the tokens that do not decide the reward onto the one that does: the step
+g_U + beta g_R sheds the later tokens' noise as beta grows, and its direction comes closer to
+the summed reward's policy gradient (the rule's agreement is positive). With
+`shuffle_token_weights` the same weights land on random tokens: no closer.
 At temperature 0.15 the tiny model samples its first token among a few, so that independent
 micro-batches' gradients agree measurably (at 1.0 they are nearly orthogonal).
 

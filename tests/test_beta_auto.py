@@ -1,7 +1,8 @@
 """`mrtpo_beta: auto` (docs/METHOD.md, "beta from the step's own evidence"): the rule's math by
-hand, the configuration, beta on a planted task (rises where the re-allocation points uphill,
-stays at 0 where its weights are shuffled), the probe's agreement against gradients computed
-apart, the settings it must work with, two processes, and the fixed-beta path untouched."""
+hand, the configuration, beta on a planted task (rises where the re-allocation turns the step
+uphill, stays at 0 where its weights are shuffled), the probe's agreement against gradients
+computed apart, its shortcut, the settings it must work with, two processes, resumption, and
+the fixed-beta path untouched."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from beta_auto_toys import PLANTED, FirstChar, planted_replay
 from trainer_toys import CPU_RUN, launch_two_processes, toy_dataset, toy_verifiers
 
 import mrtpo.relevance
+import mrtpo.trainer
 import mrtpo.trainer_beta_auto
 from mrtpo import advantages
 from mrtpo.commands.train import parse_args
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
+from mrtpo.trainer_beta_auto import PASSES, SUMS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -28,16 +31,20 @@ PREFIX = mrtpo.trainer_beta_auto.METRIC_PREFIX
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def train(tmp_path, reward_funcs=None, trainer_class=MRTPOTrainer, num_prompts=8, **settings):
+def trainer_for(tmp_path, reward_funcs=None, trainer_class=MRTPOTrainer, num_prompts=8, **settings):
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(output_dir=str(tmp_path / "run"), **{**CPU_RUN, **settings})
-    trainer = trainer_class(
+    return trainer_class(
         model=model,
         reward_funcs=reward_funcs or toy_verifiers(),
         args=args,
         train_dataset=toy_dataset(num_prompts),
         processing_class=tokenizer,
     )
+
+
+def train(tmp_path, reward_funcs=None, trainer_class=MRTPOTrainer, num_prompts=8, **settings):
+    trainer = trainer_for(tmp_path, reward_funcs, trainer_class, num_prompts, **settings)
     trainer.train()
     return trainer
 
@@ -63,11 +70,113 @@ def test_agreement_bound_by_hand():
         advantages.t_quantile_95(0)
 
 
-def test_gradient_agreement_is_the_pairs_cosine_and_nan_without_a_side():
-    assert advantages.gradient_agreement(3.0, 4.0, 9.0) == pytest.approx(0.5)
-    assert advantages.gradient_agreement(-6.0, 4.0, 9.0) == pytest.approx(-1.0)
-    assert math.isnan(advantages.gradient_agreement(0.0, 0.0, 9.0))
-    assert math.isnan(advantages.gradient_agreement(0.0, 4.0, 0.0))
+def test_gradient_cosine_is_the_pairs_cosine_and_nan_without_a_side():
+    assert advantages.gradient_cosine(3.0, 4.0, 9.0) == pytest.approx(0.5)
+    assert advantages.gradient_cosine(-6.0, 4.0, 9.0) == pytest.approx(-1.0)
+    assert math.isnan(advantages.gradient_cosine(0.0, 0.0, 9.0))
+    assert math.isnan(advantages.gradient_cosine(0.0, 4.0, 0.0))
+
+
+def _sums(uniform, reallocation, reference) -> dict[str, float]:
+    """`gradient_agreement`'s sums of three vectors g_U, g_R, G."""
+    u, r, g = (torch.as_tensor(v, dtype=torch.float64) for v in (uniform, reallocation, reference))
+    return dict(
+        reallocation_dot=float(r @ g),
+        uniform_dot=float(u @ g),
+        reallocation_sq=float(r @ r),
+        uniform_sq=float(u @ u),
+        cross=float(u @ r),
+        reference_sq=float(g @ g),
+    )
+
+
+def _step_cosine(uniform, reallocation, reference, beta: float) -> float:
+    u, r, g = (torch.as_tensor(v, dtype=torch.float64) for v in (uniform, reallocation, reference))
+    return float(torch.nn.functional.cosine_similarity(u + beta * r, g, dim=0))
+
+
+def test_the_agreement_is_the_sign_of_the_steps_cosine_slope_not_the_cosine():
+    """g_U = (1, 0, 1), g_R = (0.1, 0, 1), G = (1, 0, 0): g_R points a little uphill
+    (cos(g_R, G) = 0.0995 > 0), yet adding it turns the step away from G: at beta 0,
+    cos(g_R, G) - cos(g, G) cos(g, g_R) = 0.0995 - 0.7071 * 0.7036 < 0. The old rule (the cosine)
+    would rise on such probes; this one falls."""
+    uniform, reallocation, reference = (1.0, 0.0, 1.0), (0.1, 0.0, 1.0), (1.0, 0.0, 0.0)
+    sums = _sums(uniform, reallocation, reference)
+    # By hand: A = 0.1, B0 = 1, RR = 1.01, UU = 2, UR = 1.1, GG = 1 (in `SUMS`' order).
+    assert sums == pytest.approx(dict(zip(SUMS, (0.1, 1.0, 1.01, 2.0, 1.1, 1.0), strict=True)))
+    cosine = advantages.gradient_cosine(0.1, 1.01, 1.0)
+    assert cosine == pytest.approx(0.1 / math.sqrt(1.01)) and cosine > 0
+    at_zero = advantages.gradient_agreement(**sums, beta=0.0)
+    assert at_zero == pytest.approx((0.1 * 2 - 1 * 1.1) / (2 * math.sqrt(1.01)))  # -0.4478
+    # beta 0.5: B = 1.05, N2 = 2 + 1.1 + 0.2525 = 3.3525, X = 1.1 + 0.505 = 1.605
+    at_half = advantages.gradient_agreement(**sums, beta=0.5)
+    assert at_half == pytest.approx((0.1 * 3.3525 - 1.05 * 1.605) / (3.3525 * math.sqrt(1.01)))
+    for beta, agreement in ((0.0, at_zero), (0.5, at_half)):
+        # The sign (and size, times |g_R| / |g|) of the cosine's derivative in beta, measured.
+        h = 1e-6
+        slope = (
+            _step_cosine(uniform, reallocation, reference, beta + h)
+            - _step_cosine(uniform, reallocation, reference, beta - h)
+        ) / (2 * h)
+        norm = math.sqrt(sums["uniform_sq"] + 2 * beta * sums["cross"] + beta**2 * 1.01)
+        assert agreement < 0 and slope == pytest.approx(agreement * math.sqrt(1.01) / norm)
+    # Probes like it: the cosines' bound is above 0, the agreements' below: beta falls.
+    probes = [((1.0, 0.0, 1.0), (0.1 + d, 0.0, 1.0), (1.0, d, 0.0)) for d in (0.0, 0.02, 0.05)]
+    agreements = [advantages.gradient_agreement(**_sums(*p), beta=0.0) for p in probes]
+    cosines = [
+        advantages.gradient_cosine(s["reallocation_dot"], s["reallocation_sq"], s["reference_sq"])
+        for s in (_sums(*p) for p in probes)
+    ]
+    assert advantages.next_auto_beta(0.3, cosines, 1.0, 0.1) == 0.4  # the old rule: up
+    assert advantages.next_auto_beta(0.3, agreements, 1.0, 0.1) == 0.2  # this one: down
+
+
+def test_the_agreement_is_the_orthogonal_parts_cosine_and_nan_without_evidence():
+    """On random vectors: (A N2 - B X) / (N2 sqrt(RR GG)) = <g_R', G'> / (|g_R| |G|), the parts
+    orthogonal to g = g_U + beta g_R, so within [-1, 1]; 0 where g_R is along g."""
+    generator = torch.Generator().manual_seed(0)
+    for beta in (0.0, 0.3, 1.0):
+        u, r, g = torch.randn(3, 5, generator=generator, dtype=torch.float64)
+        step = u + beta * r
+        r_off = r - (r @ step) / (step @ step) * step
+        g_off = g - (g @ step) / (step @ step) * step
+        expected = float(r_off @ g_off / (r.norm() * g.norm()))
+        assert advantages.gradient_agreement(**_sums(u, r, g), beta=beta) == pytest.approx(
+            expected, rel=1e-10
+        )
+        assert -1 <= expected <= 1
+    # g_R along g_U (only the step's length changes): 0, whatever cos(g_R, G).
+    assert advantages.gradient_agreement(
+        **_sums((1.0, 1.0), (2.0, 2.0), (1.0, 0.0)), beta=0.5
+    ) == pytest.approx(0.0, abs=1e-12)
+    nothing = _sums((1.0, 0.0), (0.0, 0.0), (1.0, 0.0))  # RR = 0: nothing re-allocated
+    no_reference = _sums((1.0, 0.0), (0.0, 1.0), (0.0, 0.0))  # GG = 0
+    no_step = _sums((0.0, 0.0), (0.0, 1.0), (1.0, 0.0))  # N2 = 0 at beta 0: no step
+    assert math.isnan(advantages.gradient_agreement(**nothing, beta=0.5))
+    assert math.isnan(advantages.gradient_agreement(**no_reference, beta=0.5))
+    assert math.isnan(advantages.gradient_agreement(**no_step, beta=0.0))
+    assert not math.isnan(advantages.gradient_agreement(**no_step, beta=0.5))
+    with pytest.raises(ValueError, match="beta"):
+        advantages.gradient_agreement(**no_step, beta=1.5)
+
+
+def test_the_summed_rewards_advantage_by_hand():
+    """P_i = s_i - mean of the other scorable rows' s_j in i's group, s = sum_k c_k r_k."""
+    nan = float("nan")
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0],  # s = 1
+            [0.0, 1.0],  # s = 2
+            [1.0, nan],  # s = 1 (the NaN reward left out)
+            [nan, nan],  # unscorable: P = 0, and out of the others' means
+            [1.0, 1.0],  # a group with one scorable row: P = 0
+            [nan, nan],
+            [nan, nan],
+            [nan, nan],
+        ]
+    )
+    summed = mrtpo.trainer_beta_auto.summed_reward_advantages(rewards, torch.tensor([1.0, 2.0]), 4)
+    assert summed.tolist() == pytest.approx([1 - 1.5, 2 - 1, 1 - 1.5, 0, 0, 0, 0, 0])
 
 
 def test_next_auto_beta_rises_only_on_a_positive_bound_and_stays_in_range():
@@ -141,6 +250,9 @@ def test_the_warm_up_caps_the_automatic_beta(tmp_path):
 
 
 def test_beta_rises_where_the_reallocation_points_uphill(tmp_path, monkeypatch):
+    """The planted re-allocation moves each response's credit off the tokens that do not decide
+    the reward (noise in g_U) onto the one that does: the more of it, the closer the step's
+    direction to the summed reward's policy gradient, so the agreements are positive."""
     monkeypatch.setattr(mrtpo.relevance, "replay_distances", planted_replay)
     trainer = train(tmp_path, [FirstChar()], num_prompts=16, max_steps=8, **PLANTED)
     logs = step_logs(trainer)
@@ -156,6 +268,8 @@ def test_beta_rises_where_the_reallocation_points_uphill(tmp_path, monkeypatch):
 
 
 def test_beta_stays_at_zero_where_the_weights_are_shuffled(tmp_path, monkeypatch):
+    """The same weights on random tokens: the credit moved lands on the deciding token no more
+    often than chance, and away from it otherwise; the step's direction does not improve."""
     monkeypatch.setattr(mrtpo.relevance, "replay_distances", planted_replay)
     trainer = train(
         tmp_path,
@@ -182,15 +296,20 @@ class RecordingProbes(MRTPOTrainer):
         self.probes: list[tuple] = []
         super().__init__(*args, **kwargs)
 
-    def _probe_gradients(self, inputs, uniform, reallocation):
+    def _probe_gradients(self, inputs, uniform, reallocation, summed):
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        self.probes.append((dict(inputs), uniform.clone(), reallocation.clone(), state))
-        super()._probe_gradients(inputs, uniform, reallocation)
+        kept = (dict(inputs), uniform.clone(), reallocation.clone(), summed.clone(), state)
+        self.probes.append(kept)
+        super()._probe_gradients(inputs, uniform, reallocation, summed)
+
+
+STEP_BETA = 0.5  # the beta `one_probed_step` trains (and judges) its step at
 
 
 def one_probed_step(tmp_path) -> RecordingProbes:
-    """One optimizer step of two micro-batches, both probed (their inputs kept)."""
-    return train(
+    """One optimizer step of two micro-batches, both probed (their inputs kept), at beta
+    `STEP_BETA` (the automatic beta set so before training, no warm-up)."""
+    trainer = trainer_for(
         tmp_path,
         trainer_class=RecordingProbes,
         per_device_train_batch_size=8,
@@ -200,7 +319,11 @@ def one_probed_step(tmp_path) -> RecordingProbes:
         max_steps=1,
         mrtpo_beta="auto",
         mrtpo_beta_probe_every=1,
+        mrtpo_warmup_steps=0,
     )
+    trainer._auto_beta_value = STEP_BETA
+    trainer.train()
+    return trainer
 
 
 def _policy_gradient(trainer, model, inputs, token_advantages) -> torch.Tensor:
@@ -221,72 +344,149 @@ def _policy_gradient(trainer, model, inputs, token_advantages) -> torch.Tensor:
             (torch.zeros_like(p) if g is None else g).flatten()
             for p, g in zip(params, grads, strict=True)
         ]
-    )
+    ).double()
+
+
+def _summed_advantages_apart(trainer, inputs) -> list[float]:
+    """Each micro-batch row's P_i from the step's scored rewards, by the definition: the row
+    found among the scored ones by its response ids (every match must give the same P), s the
+    plain sum of its rewards (weights 1), less the mean of its group's other rows'."""
+    scored, group = trainer._scored, trainer.num_generations
+    rewards = scored.rewards.tolist()
+    s = [sum(r for r in row if not math.isnan(r)) for row in rewards]
+
+    def advantage(j: int) -> float:
+        others = [s[i] for i in range(j - j % group, j - j % group + group) if i != j]
+        return s[j] - sum(others) / len(others)
+
+    values = []
+    for ids, mask in zip(inputs["completion_ids"], inputs["completion_mask"], strict=True):
+        row = ids[mask.bool()].tolist()
+        matches = {advantage(j) for j, other in enumerate(scored.completion_ids) if other == row}
+        assert len(matches) == 1, matches
+        values.append(matches.pop())
+    return values
 
 
 def test_the_agreement_equals_gradients_computed_apart(tmp_path):
-    """One step of two micro-batches: the first has no reference; the second's g_R is compared
-    with the first's g_U. The logged agreement is their cosine, computed here from whole
-    gradient vectors (a plain per-row forward, not the shared-prompt one the probe uses)."""
+    """One step of two micro-batches at beta 0.5: the first has no reference (only its g_P is
+    taken, and it becomes the reference); the second's g_U and g_R are compared with it. The
+    logged agreement is cos(g_R, G) - cos(g, G) cos(g, g_R), g = g_U + 0.5 g_R, and the logged
+    cosine cos(g_R, G), computed here from whole gradient vectors (a plain per-row forward, not
+    the shared-prompt one the probe uses) and P from the scored rewards by its definition."""
     trainer = one_probed_step(tmp_path)
     assert len(trainer.probes) == 2
-    (first, u_first, _, state), (second, _, r_second, state_second) = trainer.probes
+    (first, _, _, p_first, state), (second, u_second, r_second, _, state_second) = trainer.probes
     assert all(torch.equal(state[k], state_second[k]) for k in state)  # one step's parameters
+    for inputs, _, _, summed, _ in trainer.probes:
+        assert summed.tolist() == pytest.approx(_summed_advantages_apart(trainer, inputs))
+    assert p_first.abs().sum() > 0 and r_second.abs().sum() > 0 and u_second.abs().sum() > 0
     model, _ = tiny_model_and_tokenizer(seed=0)
     model.load_state_dict(state)
-    reference = _policy_gradient(trainer, model, first, u_first)
+    ones = torch.ones_like(first["completion_mask"], dtype=torch.float32)
+    reference = _policy_gradient(trainer, model, first, p_first.unsqueeze(1) * ones)
+    uniform = _policy_gradient(trainer, model, second, u_second)
     reallocation = _policy_gradient(trainer, model, second, r_second)
-    expected = torch.dot(reallocation, reference) / (reallocation.norm() * reference.norm())
-    logged = step_logs(trainer)[0][PREFIX + "probe_agreement"]
-    assert logged == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
-    # R_t is the re-allocation: zero mean over each response's trained tokens.
+    step = uniform + STEP_BETA * reallocation
+
+    def cos(a, b):
+        return torch.dot(a, b) / (a.norm() * b.norm())
+
+    cosine = cos(reallocation, reference)
+    expected = cosine - cos(step, reference) * cos(step, reallocation)
+    log = step_logs(trainer)[0]
+    assert log["mrtpo/beta"] == STEP_BETA
+    assert log[PREFIX + "probe_agreement"] == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    assert log[PREFIX + "probe_cosine"] == pytest.approx(cosine.item(), rel=1e-4, abs=1e-6)
+    # The step trained at U + 0.5 R; R_t is the re-allocation: zero mean over each response's
+    # trained tokens.
+    assert torch.allclose(second["advantages"], u_second + STEP_BETA * r_second)
     mask = second["completion_mask"].float()
     assert torch.allclose((r_second * mask).sum(1), torch.zeros(len(mask)), atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def probed_step(tmp_path_factory) -> RecordingProbes:
+    """`one_probed_step`, built once for the module's shortcut tests, with its reference after
+    the step kept apart (`reference_after`: each test probes from it)."""
+    trainer = one_probed_step(tmp_path_factory.mktemp("probed"))
+    trainer.reference_after = {i: ref.clone() for i, ref in trainer._auto_reference.items()}
+    return trainer
+
+
+@pytest.mark.parametrize(
+    "zero",
+    [("uniform", "reallocation", "summed"), ("reallocation",), ("uniform",), ("summed",)],
+    ids=["every-advantage", "no-reallocation", "no-uniform", "no-summed"],
+)
 @pytest.mark.parametrize("position", [0, 1], ids=["first-micro-batch", "later-micro-batch"])
-def test_a_micro_batch_without_advantages_is_probed_without_a_forward(
-    tmp_path, monkeypatch, position
+def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
+    probed_step, monkeypatch, position, zero
 ):
-    """Every advantage 0 (all of a micro-batch's groups tied): the probe's sums and reference
-    change exactly as the forward and two backward passes change them, and none of those runs."""
-    trainer = one_probed_step(tmp_path)
-    inputs, uniform, _, _ = trainer.probes[1]
-    zeros = torch.zeros_like(uniform)
+    """A micro-batch whose U_t, R_t or P_i are all 0 (tied groups; rewards that cancel in the
+    sum): the probe's sums and reference change exactly as the forward and all four backward
+    passes change them, and the skipped ones do not run (nothing at all without advantages)."""
+    trainer = probed_step
+    inputs, uniform, reallocation, summed, _ = trainer.probes[1]
+    given = dict(uniform=uniform, reallocation=reallocation, summed=summed)
+    given.update({name: torch.zeros_like(given[name]) for name in zero})
     trainer._position_in_step = (trainer.state.global_step, position)
-    saved = {i: ref.clone() for i, ref in trainer._auto_reference.items()}
+    saved = trainer.reference_after
     assert saved and all(ref.abs().sum() > 0 for ref in saved.values())
+    base = torch.arange(1.0, 7.0, dtype=torch.float64)
 
     def probe(shortcut: bool):
         trainer._auto_reference = {i: ref.clone() for i, ref in saved.items()}
-        trainer._auto_sums = torch.tensor([0.5, 2.0, 3.0], dtype=torch.float64)
-        if not shortcut:  # the forward and both backward passes, on zero advantages
-            monkeypatch.setattr(mrtpo.trainer_beta_auto, "nothing_to_probe", lambda u, r: False)
-        forwards = []
+        trainer._auto_sums = base.clone()
+        if not shortcut:  # the forward and all four backward passes, whatever the advantages
+            monkeypatch.setattr(mrtpo.trainer_beta_auto, "probe_passes", lambda *a: PASSES)
+        calls = {"forward": 0, "backward": 0}
         original = trainer._get_per_token_logps_and_entropies
-        monkeypatch.setattr(
-            trainer,
-            "_get_per_token_logps_and_entropies",
-            lambda *a, **k: forwards.append(1) or original(*a, **k),
-        )
-        trainer._probe_gradients(inputs, zeros, zeros)
+        original_backward = torch.Tensor.backward
+
+        def forward(*args, **kwargs):
+            calls["forward"] += 1
+            return original(*args, **kwargs)
+
+        def backward(self, *args, **kwargs):
+            calls["backward"] += 1
+            return original_backward(self, *args, **kwargs)
+
+        monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", forward)
+        monkeypatch.setattr(torch.Tensor, "backward", backward)
+        trainer._probe_gradients(inputs, **given)
         monkeypatch.undo()
         kept = {i: ref for i, ref in trainer._auto_reference.items() if ref.abs().sum() > 0}
-        return trainer._auto_sums.clone(), kept, len(forwards)
+        return trainer._auto_sums.clone(), kept, calls
 
-    fast_sums, fast_reference, fast_forwards = probe(shortcut=True)
-    slow_sums, slow_reference, slow_forwards = probe(shortcut=False)
-    assert (fast_forwards, slow_forwards) == (0, 1)
+    fast_sums, fast_reference, fast_calls = probe(shortcut=True)
+    slow_sums, slow_reference, slow_calls = probe(shortcut=False)
+    assert slow_calls == {"forward": 1, "backward": 4}
+    ran = mrtpo.trainer_beta_auto.probe_passes(True, *given.values())
+    assert fast_calls == {"forward": int(bool(ran)), "backward": len(ran)}
+    if len(zero) == 3:
+        assert ran == ()
     reference_sq = sum(torch.dot(r.flatten(), r.flatten()).double() for r in saved.values())
-    assert fast_sums[:2].tolist() == slow_sums[:2].tolist() == [0.5, 2.0]  # g_R = 0
-    assert fast_sums[2].item() == pytest.approx(3.0 + reference_sq.item(), rel=1e-12)
-    assert slow_sums[2].item() == pytest.approx(fast_sums[2].item(), rel=1e-9)
-    # At a step's first micro-batch its g_U (all zeros) replaces the reference; later, the
-    # reference is kept as it was (zeros added).
-    expected = {} if position == 0 else saved
-    for reference in (fast_reference, slow_reference):
-        assert reference.keys() == expected.keys()
-        assert all(torch.equal(reference[i], expected[i]) for i in expected)
+    added = dict(zip(SUMS, (fast_sums - base).tolist(), strict=True))
+    assert added["reference_sq"] == pytest.approx(reference_sq.item(), rel=1e-12)
+    for name in zero:  # a zero gradient's dots and norms are 0, its cross term too
+        for key in {"uniform": ("uniform_dot", "uniform_sq"), "summed": ()}.get(
+            name, ("reallocation_dot", "reallocation_sq")
+        ):
+            assert added[key] == 0.0
+        if name != "summed":
+            assert added["cross"] == 0.0
+    assert slow_sums.tolist() == pytest.approx(fast_sums.tolist(), rel=1e-6, abs=1e-9)
+    # At a step's first micro-batch its g_P replaces the reference (all zeros without P);
+    # later, g_P is added to the reference (zeros: unchanged).
+    if "summed" in zero:
+        expected = {} if position == 0 else saved
+        for reference in (fast_reference, slow_reference):
+            assert reference.keys() == expected.keys()
+            assert all(torch.equal(reference[i], expected[i]) for i in expected)
+    else:
+        assert fast_reference.keys() == slow_reference.keys()
+        assert all(torch.equal(fast_reference[i], slow_reference[i]) for i in fast_reference)
 
 
 @pytest.mark.parametrize(
@@ -317,6 +517,8 @@ def test_auto_runs_with_each_setting_and_logs_every_step(tmp_path, settings):
     # Steps 0 and 2 probed (every 2): the first agreement has its pairs inside step 0.
     assert logs[1][PREFIX + "probes"] == 1.0 and logs[2][PREFIX + "probes"] == 2.0
     assert -1 <= logs[2][PREFIX + "probe_agreement"] <= 1
+    assert -1 <= logs[2][PREFIX + "probe_cosine"] <= 1
+    assert logs[2][PREFIX + "probe_seconds"] > 0
     assert PREFIX + "probe_agreement" not in logs[1]  # step 1 was not probed
 
 
@@ -333,6 +535,7 @@ def test_fixed_beta_never_enters_the_auto_code(tmp_path, monkeypatch):
 
     for name in ("_init_auto_beta", "_auto_beta_at", "_keep_probe_batch", "_after_micro_batch"):
         monkeypatch.setattr(mrtpo.trainer_beta_auto.AutoBetaMixin, name, refuse)
+    monkeypatch.setattr(mrtpo.trainer, "summed_reward_advantages", refuse)
     trainer = train(
         tmp_path,
         per_device_train_batch_size=4,
@@ -393,28 +596,29 @@ def test_the_mixin_declares_what_it_needs_from_the_trainer(tmp_path):
 
 def test_a_resumed_run_goes_on_from_the_saved_beta(tmp_path, monkeypatch):
     """The automatic beta and its window are saved beside each checkpoint: a run resumed at step
-    4 trains step 5 at the beta the uninterrupted run trained it at (not 0)."""
+    6 trains step 7 at the beta the uninterrupted run trained it at (not 0)."""
     monkeypatch.setattr(mrtpo.relevance, "replay_distances", planted_replay)
     whole = train(
         tmp_path / "whole",
         [FirstChar()],
         num_prompts=16,
-        max_steps=5,
+        max_steps=7,
         save_strategy="steps",
-        save_steps=2,
+        save_steps=3,
         **PLANTED,
     )
     whole_logs = step_logs(whole)
-    checkpoint = tmp_path / "whole" / "run" / "checkpoint-4"
+    checkpoint = tmp_path / "whole" / "run" / "checkpoint-6"
     saved = json.loads((checkpoint / mrtpo.trainer_beta_auto.STATE_FILE).read_text())
-    assert saved["beta"] == whole_logs[3][PREFIX + "next_beta"] > 0
-    probes = [log[PREFIX + "probe_agreement"] for log in whole_logs[:4]]
-    assert probes[0] is None  # the first probe has no reference yet: no agreement, no move
+    assert saved["beta"] == whole_logs[5][PREFIX + "next_beta"] > 0
+    probes = [log[PREFIX + "probe_agreement"] for log in whole_logs[:6]]
+    # Step 0's first micro-batch ties every group (P = 0): its reference is empty, |G|^2 = 0.
+    assert probes[0] is None  # no agreement, no move
     assert saved["agreements"] == pytest.approx(probes[1:])
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     args = MRTPOConfig(
         output_dir=str(tmp_path / "whole" / "run"),
-        **{**CPU_RUN, "max_steps": 5, "save_strategy": "steps", "save_steps": 2, **PLANTED},
+        **{**CPU_RUN, "max_steps": 7, "save_strategy": "steps", "save_steps": 3, **PLANTED},
     )
     resumed = MRTPOTrainer(
         model=model,
@@ -424,7 +628,7 @@ def test_a_resumed_run_goes_on_from_the_saved_beta(tmp_path, monkeypatch):
         processing_class=tokenizer,
     )
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    fifth = [
-        log for log in resumed.state.log_history if log.get("step") == 5 and "mrtpo/beta" in log
+    seventh = [
+        log for log in resumed.state.log_history if log.get("step") == 7 and "mrtpo/beta" in log
     ]
-    assert fifth[-1]["mrtpo/beta"] == whole_logs[4]["mrtpo/beta"] == saved["beta"]
+    assert seventh[-1]["mrtpo/beta"] == whole_logs[6]["mrtpo/beta"] == saved["beta"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import beta_auto_offline as offline  # noqa: E402
 import update_quality as uq  # noqa: E402
 
-from mrtpo.advantages import t_quantile_95  # noqa: E402
+from mrtpo.advantages import agreement_bound, t_quantile_95  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "data" / "beta-auto-offline-report"
@@ -59,6 +60,17 @@ def along(sign: float, size: float = 2.0, spread: float = 0.3, extra: float = 0.
         return out
 
     return slope
+
+
+def lengthening(rng: np.random.Generator, batches: int) -> np.ndarray:
+    """g_R = 0.3 e0 + e2 + a little noise: a little along the reference (e0), mostly along
+    gdpo's part across it (e2). cos(g_R, T) > 0, yet adding g_R turns the step away from T:
+    the SmolLM2 case the derivative criterion exists for."""
+    out = np.zeros((batches, DIMENSION))
+    out[:, :LIVE] = 0.1 * rng.standard_normal((batches, LIVE))
+    out[:, 0] += 0.3
+    out[:, 2] += 1.0
+    return out
 
 
 def orthogonal(rng: np.random.Generator, batches: int) -> np.ndarray:
@@ -108,6 +120,43 @@ def test_a_reallocation_across_or_against_gets_beta_0_and_is_gdpo_exactly(slope)
         }
     held, sentence = offline.goal("smollm2_tool_calling", judged)
     assert held and sentence.startswith("auto not below gdpo's beyond its interval (")
+
+
+def test_a_reallocation_that_lengthens_gdpos_step_across_the_reference_gets_beta_0():
+    """The re-allocation's cosine with the reference is clearly positive in every fold (the
+    rule before the derivative criterion would have taken beta 1, mrtpo(1), whose step is
+    worse than gdpo's), but at beta 0 the step's cosine falls with beta: auto stays gdpo."""
+    measured = sample(plant(16, lengthening, seed=6))
+    judged = offline.judge(measured)
+    assert [c["beta"] for c in judged["choices"]] == [0.0] * 4
+    for choice in judged["choices"]:
+        fold = choice["fold"]
+        kept = [g for g in range(4) if g != fold]
+        cosines = [
+            offline.measures_of(r, offline.combination(r, -1.0, 1.0), kept)["cosine"]
+            for r in measured
+            if r["fold"] != fold
+        ]
+        assert agreement_bound(cosines)[2] > 0.2  # the cosine: clearly positive
+        assert choice["mean"] < -0.1 and choice["lower"] < 0 and choice["stop_lower"] < 0
+    intervals = judged["intervals"]
+    assert (intervals["cosine/gdpo"]["mean"], intervals["gain/gdpo"]["mean"]) == (0, 0)
+    assert intervals["cosine/mrtpo(1)"]["low"] > 0  # mrtpo(1) below auto = gdpo
+
+
+def test_a_walk_stops_where_the_bound_stops_being_positive():
+    """`walk`: up by 0.1 while the bound of the evidence at beta is above 0, at most beta_max;
+    fewer than 2 agreements give no bound, so no rise."""
+    peak = 0.35  # agreements positive below the peak, negative above
+
+    def evidence(beta: float) -> list[float]:
+        return [peak - beta + d for d in (-0.01, 0.0, 0.01)]
+
+    beta, lower = offline.walk(evidence, 1.0)
+    assert beta == 0.4 and lower < 0
+    assert offline.walk(evidence, 0.3) == (0.3, agreement_bound(evidence(0.3))[2])
+    assert offline.walk(lambda beta: [0.5], 1.0)[0] == 0.0
+    assert offline.walk(lambda beta: [-0.1, -0.2], 1.0)[0] == 0.0
 
 
 def _scramble(record: dict, fold: int | None, rng: np.random.Generator) -> None:
@@ -163,7 +212,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 def _hand(planted: Planted, out: int | None) -> dict[str, float]:
     """The judgement's statistics with fold `out` (or none) left out of everything, from the
     vectors: references as sums of the other mini-batches' parts of the kept folds, the rule's
-    bound with the trainer's t table, gains up to the sample's constant."""
+    walk on its bound with the trainer's t table, gains up to the sample's constant."""
     n, folds = len(planted.parts), planted.folds
     parts = planted.parts.sum(axis=1)
     gdpo, mrtpo = planted.vectors["gdpo"], planted.vectors["mrtpo"]
@@ -174,14 +223,21 @@ def _hand(planted: Planted, out: int | None) -> dict[str, float]:
     def reference(b: int, of: list[int]) -> np.ndarray:
         return sum(parts[c] for c in range(n) if c != b and c % folds in of)
 
+    def bound(f: int, at: float) -> float:
+        """The rule's bound for fold f at beta `at`: each other mini-batch's derivative
+        criterion cos(g_R, T) - cos(g, T) cos(g, g_R), g = g_U + at g_R, from the vectors."""
+        values = []
+        for c in (c for c in batches if c % folds != f):
+            step, target = gdpo[c] + at * slope[c], reference(c, [g for g in kept if g != f])
+            values.append(_cos(slope[c], target) - _cos(step, target) * _cos(step, slope[c]))
+        spread = np.std(values, ddof=1) / math.sqrt(len(values))
+        return np.mean(values) - t_quantile_95(len(values) - 1) * spread
+
     beta = {}
-    for f in kept:
-        values = [_cos(slope[c], reference(c, [g for g in kept if g != f])) for c in batches]
-        values = [v for c, v in zip(batches, values, strict=True) if c % folds != f]
-        bound = np.mean(values) - t_quantile_95(len(values) - 1) * np.std(values, ddof=1) / (
-            math.sqrt(len(values))
-        )
-        beta[f] = 1.0 if bound > 0 else 0.0
+    for f in kept:  # up by 0.1 from 0 while the bound is above 0, at most 1
+        beta[f] = 0.0
+        while beta[f] < 1.0 and bound(f, beta[f]) > 0:
+            beta[f] = round(beta[f] + 0.1, 12)
 
     def gain(g: np.ndarray, r: np.ndarray) -> float:
         return float(g @ r / max(1.0, np.linalg.norm(g)))
@@ -232,15 +288,16 @@ def test_the_fold_jackknife_intervals_equal_a_hand_computation():
 
 
 def build_fixture(results: Path) -> None:
-    """Update-quality results: SmolLM2 measured again with folds, its re-allocation a little
-    along the reference and large across it (beta 1, and worse than gdpo: the goal fails),
-    with the first plan's fold-less records of the same vectors; Qwen SQL with folds, along
-    (beta 1: the goal holds); qwen_instructions not measured."""
-    smollm2 = plant(16, along(+1.0, size=0.5, spread=0.2, extra=4.0), seed=11)
+    """Update-quality results: SmolLM2 measured again with folds, its re-allocation
+    `lengthening` gdpo's step across the reference (beta 0: auto is gdpo, the goal holds),
+    with the first plan's fold-less records of the same vectors; Qwen SQL with folds, a little
+    along the reference and noisy (the folds' evidence mostly does not clear 0, while a fixed
+    0.5 helps: the goal fails); qwen_instructions not measured."""
+    smollm2 = plant(16, lengthening, seed=11)
     measured = {
         ("folds", "smollm2_tool_calling"): sample(smollm2),
         ("", "smollm2_tool_calling"): records(smollm2, ("gdpo", "mrtpo"), folds=False),
-        ("folds", "qwen_sql"): sample(plant(9, along(+1.0), seed=12)),
+        ("folds", "qwen_sql"): sample(plant(9, along(+1.0, size=0.3, spread=1.0), seed=13)),
     }
     for (folder, state), chosen in measured.items():
         for record in chosen:
@@ -258,13 +315,14 @@ def test_the_report_regenerates_byte_for_byte_and_judges_the_goals(tmp_path):
     text = path.read_text()
     assert path.read_bytes() == (FIXTURE / offline.REPORT).read_bytes()
     assert "- smollm2_tool_calling: auto not below gdpo's beyond its interval (" in text
-    assert "clipped step): does not hold (auto - gdpo: cosine -" in text
+    assert "clipped step): holds (auto - gdpo: cosine +0.0000 [+0.0000, +0.0000] (n = 4)" in text
     assert (
-        "- qwen_sql: auto at least mrtpo(0.5)'s (cosine and gain of the clipped step): holds"
-        in text
+        "- qwen_sql: auto at least mrtpo(0.5)'s (cosine and gain of the clipped step): does "
+        "not hold (auto - mrtpo(0.5): cosine -" in text
     )
     assert "## qwen_instructions\n\nnot measured yet (needs the second plan's main sample" in text
-    assert "| smollm2_tool_calling | 16 | +" in text  # in sample, from the fold-less records
+    # In sample, from the fold-less records: the agreement below 0, the cosine above, beta 0.
+    assert re.search(r"\| smollm2_tool_calling \| 16 \| -[0-9.]+ \| .* \| \+[0-9.]+ \| 0 \|", text)
     assert "| qwen_sql | not measured yet | – |" in text
 
 

@@ -494,17 +494,65 @@ def t_quantile_95(degrees_of_freedom: int) -> float:
     return _NORMAL95
 
 
-def gradient_agreement(cross_dot: float, reallocation_sq: float, reference_sq: float) -> float:
-    """One probe's normalized agreement: ``<g_R, g_ref> / (|g_R| |g_ref|)``, in [-1, 1].
+def gradient_cosine(dot: float, first_sq: float, second_sq: float) -> float:
+    """The cosine ``<a, b> / (|a| |b|)`` of two vectors given by sums, in [-1, 1].
 
-    The three sums run over the probe's (micro-batch, process) pairs, each g_R paired with a
-    reference uniform gradient from other samples, so the value is the cosine of the two
-    concatenated vectors (Cauchy-Schwarz keeps it in [-1, 1]). NaN where either side is 0 (no
-    reference yet, or nothing to re-allocate): no evidence.
+    Args:
+        dot: ``<a, b>``, a float (here summed over a probe's pairs, so the cosine is of the
+            concatenated vectors).
+        first_sq, second_sq: ``|a|^2`` and ``|b|^2``, floats >= 0.
+
+    Returns:
+        A float; NaN where either squared norm is 0 (no evidence).
     """
-    if reallocation_sq <= 0 or reference_sq <= 0:
+    if first_sq <= 0 or second_sq <= 0:
         return float("nan")
-    return cross_dot / (reallocation_sq * reference_sq) ** 0.5
+    return dot / (first_sq * second_sq) ** 0.5
+
+
+def gradient_agreement(
+    reallocation_dot: float,
+    uniform_dot: float,
+    reallocation_sq: float,
+    uniform_sq: float,
+    cross: float,
+    reference_sq: float,
+    beta: float,
+) -> float:
+    """One probe's agreement for ``mrtpo_beta: auto``: the sign of ``d/dbeta cos(g(beta), G)``.
+
+    The step is ``g(beta) = g_U + beta g_R`` (GDPO's uniform gradient plus beta times the
+    re-allocation's) and is clipped, so only its direction matters; its cosine with a reference
+    ``G`` rises with beta exactly where ``cos(g_R, G) > cos(g, G) cos(g, g_R)``. The agreement is
+    the difference, ``cos(g_R, G) - cos(g, G) cos(g, g_R)`` =
+    ``(A N2 - B X) / (N2 sqrt(RR GG))`` with ``B = B0 + beta A``, ``N2 = |g|^2 = UU + 2 beta UR
+    + beta^2 RR`` and ``X = <g, g_R> = UR + beta RR``; ``d/dbeta cos(g, G)`` is it times
+    ``|g_R| / |g|``. It equals ``<g_R', G'> / (|g_R| |G|)``, g_R' and G' the parts of g_R and G
+    orthogonal to g, so it lies in [-1, 1] (up to rounding), and it is 0 where g_R only
+    lengthens g, whatever cos(g_R, G).
+
+    Args (floats: each a sum over the probe's (micro-batch, process) pairs, so that the
+    vectors are the pairs' concatenations; A, B0, RR, UU, UR, GG above):
+        reallocation_dot: ``A = <g_R, G>``.
+        uniform_dot: ``B0 = <g_U, G>``.
+        reallocation_sq: ``RR = |g_R|^2``, >= 0.
+        uniform_sq: ``UU = |g_U|^2``, >= 0.
+        cross: ``UR = <g_U, g_R>``.
+        reference_sq: ``GG = |G|^2``, >= 0.
+        beta: the beta the step trained at, in [0, 1].
+
+    Returns:
+        A float; NaN where RR, GG or |g(beta)|^2 is 0 (nothing re-allocated, no reference, no
+        step): no evidence.
+    """
+    _check_beta(beta)
+    norm_sq = uniform_sq + 2 * beta * cross + beta * beta * reallocation_sq  # N2 = |g|^2
+    if reallocation_sq <= 0 or reference_sq <= 0 or norm_sq <= 0:
+        return float("nan")
+    step_dot = uniform_dot + beta * reallocation_dot  # B = <g, G>
+    along = cross + beta * reallocation_sq  # X = <g, g_R>
+    numerator = reallocation_dot * norm_sq - step_dot * along
+    return numerator / (norm_sq * (reallocation_sq * reference_sq) ** 0.5)
 
 
 def agreement_bound(agreements: Sequence[float]) -> tuple[float, float, float]:

@@ -70,9 +70,10 @@ class MRTPOConfig(GRPOConfig):
         metadata={
             "help": "MRTPO weighting strength beta in [0, 1]; 0 gives GDPO on every token. "
             "'auto': beta starts at 0 and moves by mrtpo_beta_step after each probe, up (to at "
-            "most mrtpo_beta_max) while the re-allocation's policy gradient agrees with an "
-            "independent estimate of GDPO's (one-sided 95-percent lower bound of the recent probes' cosine "
-            "above 0), down otherwise (docs/METHOD.md, 'beta from the step's own evidence')."
+            "most mrtpo_beta_max) while more beta turns the clipped step towards an independent "
+            "estimate of the summed reward's policy gradient (one-sided 95-percent lower bound "
+            "of the recent probes' agreement, the sign of the step's cosine's derivative in "
+            "beta, above 0), down otherwise (docs/METHOD.md, 'beta from the step's own evidence')."
         },
     )
     mrtpo_beta_max: float = field(
@@ -89,7 +90,7 @@ class MRTPOConfig(GRPOConfig):
         default=4,
         metadata={
             "help": "mrtpo_beta='auto' only: probe the gradients' agreement every N optimizer "
-            "steps (one more forward and two backward passes per micro-batch of a probed step)."
+            "steps (one more forward and four backward passes per micro-batch of a probed step)."
         },
     )
     mrtpo_beta_window: int = field(

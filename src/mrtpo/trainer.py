@@ -54,7 +54,7 @@ from mrtpo.config import ESTIMATORS, REPLAY_INFORMATION, REPLAY_MODES, WEIGHTING
 from mrtpo.logging_callbacks import REWARD_WEIGHT_PREFIX, MetricsFileCallback
 from mrtpo.sharding import check_replay_backend, full_parameters
 from mrtpo.step_data import ReplayResult, ScoredBatch, StepAdvantages, TokenAdvantages
-from mrtpo.trainer_beta_auto import AutoBetaMixin
+from mrtpo.trainer_beta_auto import SUMMED_ADVANTAGE, AutoBetaMixin, summed_reward_advantages
 from mrtpo.trainer_credit import CreditMapsMixin
 from mrtpo.trainer_loss_options import SequenceLevelLossMixin
 from mrtpo.trainer_metrics import MetricsMixin
@@ -173,11 +173,12 @@ class MRTPOTrainer(
             self._position_in_step = (self.state.global_step, position + 1 if same_step else 0)
         with self._shuffling_whole_groups():
             inputs = super()._prepare_inputs(generation_batch)
-        slope = None
+        slope = summed = None
         if BETA_SLOPE in inputs:
             # A copy: TRL reuses the buffered micro-batch in later iterations.
             inputs = dict(inputs)
             slope, generation_beta = inputs.pop(BETA_SLOPE), inputs.pop(GENERATION_BETA).item()
+            summed = inputs.pop(SUMMED_ADVANTAGE, None)  # under `auto`: the probe's P_i
             beta = self._beta()
             self._metrics["train"]["mrtpo/beta"].append(beta)
             if beta != generation_beta:
@@ -186,7 +187,7 @@ class MRTPOTrainer(
             # TRL pads the generation batch to its longest rows; a micro-batch needs its own.
             inputs = shared_prompt.trim_padding(inputs)
         if self.args.beta_is_auto and slope is not None:  # every training batch under `auto`
-            self._keep_probe_batch(inputs, slope, beta)
+            self._keep_probe_batch(inputs, slope, summed, beta)
         return inputs
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -228,6 +229,9 @@ class MRTPOTrainer(
             if step.token.slope is not None:  # see `_prepare_inputs`
                 output[BETA_SLOPE] = step.token.slope.to(output["completion_ids"].device)
                 output[GENERATION_BETA] = torch.tensor(step.token.beta)
+            if self.args.beta_is_auto:  # the probe's reference (`mrtpo.trainer_beta_auto`)
+                summed = summed_reward_advantages(scored.rewards, reward_weights, group_size)
+                output[SUMMED_ADVANTAGE] = summed[scored.local].to(output["completion_ids"].device)
             self._log_replay(scored, step, group_size, EPS)
         if self._credit_maps_due():
             self._write_credit_maps(scored, step, width)

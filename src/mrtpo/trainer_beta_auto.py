@@ -4,27 +4,36 @@
 MRTPO's per-token advantage is affine in beta, A_t(beta) = U_t + beta R_t: U_t is GDPO's
 advantage (the response's, on each trained token) and R_t the re-allocation (the batch's slope
 in beta, which the trainer carries in every batch under `auto`). At ratio 1 the policy gradient
-of the loss is linear in the advantages, so the step's gradient is g_U + beta g_R. Beta starts
-at 0 (GDPO) and rises only while g_R agrees with an independent estimate of g_U; the idea of
-using an auxiliary gradient only while it agrees with the main one is Du et al., "Adapting
-Auxiliary Losses Using Gradient Similarity"; this rule is the project's, not the MRTPO paper's
-(docs/METHOD.md, "beta from the step's own evidence").
+of the loss is linear in the advantages, so the step's gradient is g(beta) = g_U + beta g_R.
+The step is clipped (`max_grad_norm`), so what beta changes is its direction: beta starts at 0
+(GDPO) and rises only while g(beta)'s cosine with the direction we want to climb rises with
+beta. That direction is the policy gradient of the weighted summed reward, estimated from other
+samples: the reference G. The idea of using an auxiliary gradient only while it helps the main
+one is Du et al., "Adapting Auxiliary Losses Using Gradient Similarity"; this rule is the
+project's, not the MRTPO paper's (docs/METHOD.md, "beta from the step's own evidence").
 
-On a probed step (every `mrtpo_beta_probe_every` optimizer steps) each micro-batch, after its
-own training backward, runs one more forward (the loss's, with gradients) and two backward
-passes, of -sum(R_t logp_t) and -sum(U_t logp_t) over its trained tokens divided by their
-number, on the unwrapped model (no DDP reduction) with the training gradients set aside and
-restored. Each parameter's gradient is consumed by a hook as soon as it is accumulated, so the
-only full-size buffer is the reference: the sum of g_U over the micro-batches already probed.
-Micro-batch m's g_R is dotted with the reference before its own g_U joins it: the
-reference holds this step's earlier micro-batches, and for the first micro-batch of a step the
-previous probed step's (so with one micro-batch a step, the previous probe's g_U). Each g_R is
-thus compared with gradients of other samples only. At the step's end the three sums (cross dot
-product, |g_R|^2, |reference|^2 over the pairs) are summed over processes, the probe's agreement
-is their cosine (`advantages.gradient_agreement`), and beta moves by `mrtpo_beta_step`
-(`advantages.next_auto_beta`): up while the one-sided 95% lower bound of the mean agreement of
-the last `mrtpo_beta_window` probes is above 0, down otherwise; every process computes the
-same numbers, so every process has the same beta.
+On a probed step (every `mrtpo_beta_probe_every` optimizer steps) each micro-batch m, after its
+own training backward, runs one more forward (the loss's, with gradients) and up to four
+backward passes, of -sum(X_t logp_t) over its trained tokens divided by their number for X =
+R, U, U + R and P, on the unwrapped model (no DDP reduction) with the training gradients set
+aside and restored. P_t = P_i on each trained token of row i is the summed reward's advantage,
+s_i minus the mean s_j of the other rows of i's group (s: the rewards weighted by c_k and summed,
+`summed_reward_advantages`), so g_P estimates the policy gradient of the summed reward. The
+reference G is the sum of g_P over the micro-batches already probed: this step's earlier ones,
+and for the first micro-batch of a step the previous probed step's (so with one micro-batch a
+step, the previous probe's g_P). Against G before m's own g_P joins it, the passes give
+<g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, the cross term <g_U, g_R> (from |g_U + g_R|^2) and |G|^2:
+m is compared with gradients of other samples only. Each parameter's gradient is consumed by a
+hook as soon as it is accumulated, so the only full-size buffer is G (at a step's first
+micro-batch the old G is released before the new one is built). A pass whose advantages are
+all 0 is skipped (`probe_passes`): it would add 0 to every sum, or nothing to G.
+
+At the step's end the six sums are summed over processes and the probe's agreement is
+cos(g_R, G) - cos(g, G) cos(g, g_R) at the beta the step trained with
+(`advantages.gradient_agreement`): the sign of d/dbeta cos(g(beta), G). Beta moves by
+`mrtpo_beta_step` (`advantages.next_auto_beta`): up while the one-sided 95% lower bound of the
+mean agreement of the last `mrtpo_beta_window` probes is above 0, down otherwise; every process
+computes the same numbers, so every process has the same beta.
 """
 
 from __future__ import annotations
@@ -53,13 +62,78 @@ METRIC_PREFIX = "mrtpo/beta_auto/"
 # so that a resumed run goes on from them (the reference gradient is not kept: a resumed run's
 # first probe compares its micro-batches with each other only).
 STATE_FILE = "mrtpo_beta_auto.json"
+# The key under which a training batch carries each row's summed-reward advantage P_i (B,),
+# set by `MRTPOTrainer._generate_and_score_completions` under `auto`.
+SUMMED_ADVANTAGE = "mrtpo_summed_reward_advantage"
+# The probe's sums, in the order of their tensor (`advantages.gradient_agreement`'s names):
+# <g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, <g_U, g_R>, |G|^2.
+SUMS = (
+    "reallocation_dot",
+    "uniform_dot",
+    "reallocation_sq",
+    "uniform_sq",
+    "cross",
+    "reference_sq",
+)
+_SLOT = {name: i for i, name in enumerate(SUMS)}
+_BOTH_SQ = len(SUMS)  # a micro-batch's |g_U + g_R|^2, turned into the cross term
+# The probe's backward passes, in their order: each one's advantages and the sums its gradient
+# adds to (dot with G, squared norm); "summed" (P) adds to G instead.
+PASSES = ("reallocation", "uniform", "both", "summed")
+_MEASURED = {
+    "reallocation": (_SLOT["reallocation_dot"], _SLOT["reallocation_sq"]),
+    "uniform": (_SLOT["uniform_dot"], _SLOT["uniform_sq"]),
+    "both": (None, _BOTH_SQ),
+}
 
 logger = logging.getLogger("mrtpo.trainer")
 
 
-def nothing_to_probe(uniform: torch.Tensor, reallocation: torch.Tensor) -> bool:
-    """Whether a micro-batch's probe gradients are both 0: every U_t and R_t is 0 ((B, T) each)."""
-    return not (bool(uniform.any()) or bool(reallocation.any()))
+def summed_reward_advantages(
+    rewards: torch.Tensor, weights: torch.Tensor, group_size: int
+) -> torch.Tensor:
+    """The summed reward's leave-one-out advantage P_i = s_i - mean_{j in i's group, j != i} s_j,
+    s_i = sum_k c_k r_{i,k} (NaN rewards left out of the sum, as GRPO's sum).
+
+    rewards: (N, K), NaN where a reward gave no score (the rewards GDPO normalizes); weights:
+    (K,) c_k; group_size: G, rows per prompt (groups consecutive). Returns (N,) in rewards'
+    dtype: 0 for an unscorable row (every reward NaN) and where no other row of the group is
+    scorable; the other rows' mean is over the scorable ones.
+    """
+    scorable = ~torch.isnan(rewards).all(dim=1)
+    summed = (rewards * weights.to(rewards).unsqueeze(0)).nansum(dim=1)
+    summed = torch.where(scorable, summed, torch.zeros_like(summed)).view(-1, group_size)
+    counted = scorable.view(-1, group_size).to(summed.dtype)
+    others = counted.sum(dim=1, keepdim=True) - counted  # scorable rows of the group but i
+    others_mean = (summed.sum(dim=1, keepdim=True) - summed) / others.clamp(min=1)
+    advantage = torch.where((counted > 0) & (others > 0), summed - others_mean, 0.0)
+    return advantage.flatten()
+
+
+def probe_passes(
+    paired: bool, uniform: torch.Tensor, reallocation: torch.Tensor, summed: torch.Tensor
+) -> tuple[str, ...]:
+    """The backward passes a probed micro-batch needs (names of `PASSES`, in order).
+
+    paired: whether there is a reference to compare with (without one only P's pass can matter:
+    it starts the reference). uniform, reallocation: (B, T) U_t and R_t; summed: (B,) P_i. A pass
+    whose advantages are all 0 is left out: its gradient is 0, so it would add 0 to its dot and
+    norm, or nothing to the reference; "both" (for the cross term) only where U and R are both
+    non-zero (else the cross term is 0). Empty: no forward either (every advantage 0, common on
+    a small model early on, where every group's rewards are equal).
+    """
+    passes = []
+    if paired:
+        moved, uniform_any = bool(reallocation.any()), bool(uniform.any())
+        if moved:
+            passes.append("reallocation")
+        if uniform_any:
+            passes.append("uniform")
+        if moved and uniform_any:
+            passes.append("both")
+    if bool(summed.any()):
+        passes.append("summed")
+    return tuple(passes)
 
 
 class AutoBetaMixin:
@@ -87,13 +161,13 @@ class AutoBetaMixin:
     _auto_agreements: deque[float] | None = None
     _auto_reference: dict[int, torch.Tensor] | None = None
     _auto_sums: torch.Tensor | None = None
-    _auto_probe_batch: tuple[dict[str, Any], torch.Tensor, torch.Tensor] | None = None
+    _auto_probe_batch: tuple[dict[str, Any], torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     _auto_probe_seconds: float = 0.0
 
     def _init_auto_beta(self) -> None:
         """The automatic beta's state: beta, the window of agreements, the reference gradient
-        (index of a parameter -> the sum of g_U over the micro-batches probed; None before
-        any), this step's sums and the micro-batch kept for the probe."""
+        (index of a parameter -> the sum of g_P over the micro-batches probed; None before
+        any), this step's sums (`SUMS`) and the micro-batch kept for the probe."""
         from accelerate.utils import DistributedType
 
         if self.accelerator.distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP):
@@ -106,7 +180,9 @@ class AutoBetaMixin:
         self._auto_beta_value = 0.0
         self._auto_agreements = deque(maxlen=self.args.mrtpo_beta_window)
         self._auto_reference = None
-        self._auto_sums = torch.zeros(3, dtype=torch.float64, device=self.accelerator.device)
+        self._auto_sums = torch.zeros(
+            len(SUMS), dtype=torch.float64, device=self.accelerator.device
+        )
         self._auto_probe_batch = None
         self._auto_probe_seconds = 0.0
 
@@ -157,16 +233,19 @@ class AutoBetaMixin:
     def _auto_probe_due(self) -> bool:
         return self.state.global_step % self.args.mrtpo_beta_probe_every == 0
 
-    def _keep_probe_batch(self, inputs: dict[str, Any], slope: torch.Tensor, beta: float) -> None:
-        """Keep a training micro-batch (advantages at `beta`) and its slope R_t for the probe
-        after its backward; only on probed steps. The slope is cut to the micro-batch's width
-        (shared prompts cut the batch's padding)."""
+    def _keep_probe_batch(
+        self, inputs: dict[str, Any], slope: torch.Tensor, summed: torch.Tensor, beta: float
+    ) -> None:
+        """Keep a training micro-batch (advantages at `beta`), its slope R_t and its rows'
+        summed-reward advantages P_i (B,) for the probe after its backward; only on probed
+        steps. The slope is cut to the micro-batch's width (shared prompts cut the batch's
+        padding)."""
         if not (self.model.training and self._auto_probe_due()):
             self._auto_probe_batch = None
             return
         trained = inputs["advantages"]
         reallocation = slope[:, : trained.shape[1]].to(trained.dtype)
-        self._auto_probe_batch = (inputs, trained - beta * reallocation, reallocation)
+        self._auto_probe_batch = (inputs, trained - beta * reallocation, reallocation, summed)
 
     def _after_micro_batch(self) -> None:
         """After a training micro-batch's backward: probe it if its step is probed; at the
@@ -181,16 +260,56 @@ class AutoBetaMixin:
             self._finish_auto_step()
 
     def _probe_gradients(
-        self, inputs: dict[str, Any], uniform: torch.Tensor, reallocation: torch.Tensor
+        self,
+        inputs: dict[str, Any],
+        uniform: torch.Tensor,
+        reallocation: torch.Tensor,
+        summed: torch.Tensor,
     ) -> None:
-        """Add this micro-batch's <g_R, reference>, |g_R|^2 and |reference|^2 to the step's
-        sums, then its g_U to the reference (replacing it at a step's first micro-batch).
+        """Micro-batch m's part of the probe: against the reference G before m joins it, add
+        <g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, <g_U, g_R> and |G|^2 to the step's sums (`SUMS`;
+        only where there is a reference: the pairs), then add its g_P to G (replacing G at a
+        step's first micro-batch).
 
-        uniform, reallocation: (B, T) U_t and R_t of the micro-batch's rows.
+        uniform, reallocation: (B, T) U_t and R_t of the micro-batch's rows; summed: (B,) P_i.
         """
-        if nothing_to_probe(uniform, reallocation):
-            self._probe_without_gradients()
-            return
+        paired = self._auto_reference is not None
+        replace = not paired or self._position_in_step[1] == 0
+        sums = torch.zeros(len(SUMS) + 1, dtype=torch.float64, device=self._auto_sums.device)
+        if paired:  # |G|^2, whole (a parameter with no gradient here pairs a 0)
+            sums[_SLOT["reference_sq"]] = sum(
+                torch.dot(ref.flatten(), ref.flatten()).double()
+                for ref in self._auto_reference.values()
+            )
+        passes = probe_passes(paired, uniform, reallocation, summed)
+        if passes:
+            advantages_of = {
+                "reallocation": reallocation,
+                "uniform": uniform,
+                "both": uniform + reallocation,
+                "summed": summed.unsqueeze(1).expand_as(uniform),
+            }
+            self._backward_passes(inputs, [(p, advantages_of[p]) for p in passes], sums, replace)
+        if replace and "summed" not in passes:
+            self._auto_reference = {}  # this micro-batch's g_P, all zeros, replaces G
+        if paired:
+            if "both" in passes:  # else U or R is 0 here, and so is the cross term
+                both = sums[_BOTH_SQ] - sums[_SLOT["uniform_sq"]] - sums[_SLOT["reallocation_sq"]]
+                sums[_SLOT["cross"]] = both / 2
+            self._auto_sums += sums[: len(SUMS)]
+
+    def _backward_passes(
+        self,
+        inputs: dict[str, Any],
+        passes: list[tuple[str, torch.Tensor]],
+        sums: torch.Tensor,
+        replace: bool,
+    ) -> None:
+        """One forward of the micro-batch and a backward pass of -sum(X_t logp_t) / trained
+        tokens for each (name, X (B, T)) of `passes`, consumed parameter by parameter: a
+        measured pass adds its gradient's dot with the reference and squared norm to `sums`
+        (`_MEASURED`), "summed" adds its gradient to the reference (a new one where `replace`).
+        """
         model = self.accelerator.unwrap_model(self.model)  # no DDP hook: local gradients
         params = [p for p in model.parameters() if p.requires_grad]
         index = {id(p): i for i, p in enumerate(params)}
@@ -208,74 +327,63 @@ class AutoBetaMixin:
                 batch_size=self.args.per_device_train_batch_size,
             )
         weighted = logps * mask / mask.sum().clamp(min=1)
-        reallocation_loss = -(reallocation.to(logps.dtype) * weighted).sum()
-        uniform_loss = -(uniform.to(logps.dtype) * weighted).sum()
-
         reference = self._auto_reference
-        replace = reference is None or self._position_in_step[1] == 0
-        fresh: dict[int, torch.Tensor] = {} if replace else reference
-        sums = self._auto_sums
 
-        def compare(param: torch.Tensor) -> None:
-            # Only the pairs with a reference count, |g_R|^2 too: the cosine is of the pairs.
-            if reference is not None:
+        def measure(dot: int | None, norm: int):
+            def hook(param: torch.Tensor) -> None:
                 grad = param.grad.flatten()
-                sums[1] += torch.dot(grad, grad).double()
-                ref = reference.get(index[id(param)])
-                if ref is not None:  # a parameter the reference had no gradient for: 0 there
-                    sums[0] += torch.dot(grad, ref.to(grad.dtype).flatten()).double()
-                    sums[2] += torch.dot(ref.flatten(), ref.flatten()).double()
-            param.grad = None  # consumed: at most one parameter's gradient lives at a time
+                sums[norm] += torch.dot(grad, grad).double()
+                ref = None if dot is None or reference is None else reference.get(index[id(param)])
+                if ref is not None:  # a parameter the reference has no gradient for: 0 there
+                    sums[dot] += torch.dot(grad, ref.to(grad.dtype).flatten()).double()
+                param.grad = None  # consumed: at most one parameter's gradient lives at a time
+
+            return hook
 
         def accumulate(param: torch.Tensor) -> None:
             i = index[id(param)]
-            if replace or i not in fresh:
-                fresh[i] = param.grad  # the tensor itself: no copy
-            else:
+            if i in fresh:
                 fresh[i].add_(param.grad)
+            else:
+                fresh[i] = param.grad  # the tensor itself: no copy
             param.grad = None
 
         stashed = [p.grad for p in params]  # the training gradients, set aside (not copied)
-        handles = []
         try:
             for p in params:
                 p.grad = None
-            handles = [p.register_post_accumulate_grad_hook(compare) for p in params]
-            reallocation_loss.backward(retain_graph=True)
-            for handle in handles:
-                handle.remove()
-            handles = [p.register_post_accumulate_grad_hook(accumulate) for p in params]
-            uniform_loss.backward()
+            for number, (name, values) in enumerate(passes):
+                if name == "summed":
+                    fresh = {} if replace else reference
+                    if replace:  # the old reference is done with: freed before the new is built
+                        reference = self._auto_reference = None
+                    hook = accumulate
+                else:
+                    hook = measure(*_MEASURED[name])
+                loss = -(values.to(logps.dtype) * weighted).sum()
+                handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
+                try:
+                    loss.backward(retain_graph=number < len(passes) - 1)
+                finally:
+                    for handle in handles:
+                        handle.remove()
+                if name == "summed":
+                    self._auto_reference = fresh
         finally:
-            for handle in handles:
-                handle.remove()
             for p, grad in zip(params, stashed, strict=True):
                 p.grad = grad
-        if replace:  # the previous reference's tensors are released here
-            self._auto_reference = fresh
-
-    def _probe_without_gradients(self) -> None:
-        """The probe of a micro-batch whose every advantage is 0 (every group's rewards equal,
-        common on a small model early on): g_R = g_U = 0, so the sums and the reference change
-        as the two backward passes would change them, without the forward or the backward.
-        The pair still counts: |reference|^2 joins the sums (the cosine is over the pairs)."""
-        reference = self._auto_reference
-        if reference is not None:
-            for ref in reference.values():
-                self._auto_sums[2] += torch.dot(ref.flatten(), ref.flatten()).double()
-        if reference is None or self._position_in_step[1] == 0:
-            self._auto_reference = {}  # this micro-batch's g_U, all zeros, replaces it
 
     def _finish_auto_step(self) -> None:
         """At a step's last micro-batch: on a probed step, the probe's agreement over every
-        process (every process enters the reduction) and beta's move; every step, the logs."""
+        process (every process enters the reduction) at the beta this step trained with, and
+        beta's move; every step, the logs."""
         metrics = self._metrics["train"]
         if self._auto_probe_due():
-            cross, reallocation_sq, reference_sq = self.accelerator.reduce(
-                self._auto_sums, reduction="sum"
-            ).tolist()
+            reduced = self.accelerator.reduce(self._auto_sums, reduction="sum").tolist()
             self._auto_sums.zero_()
-            agreement = advantages.gradient_agreement(cross, reallocation_sq, reference_sq)
+            sums = dict(zip(SUMS, reduced, strict=True))
+            beta = self._auto_beta_at(self.state.global_step)  # what `_prepare_inputs` used
+            agreement = advantages.gradient_agreement(**sums, beta=beta)
             if not math.isnan(agreement):  # no reference yet, or nothing re-allocated: no move
                 self._auto_agreements.append(agreement)
                 self._auto_beta_value = advantages.next_auto_beta(
@@ -285,6 +393,11 @@ class AutoBetaMixin:
                     self.args.mrtpo_beta_step,
                 )
             metrics[METRIC_PREFIX + "probe_agreement"].append(agreement)
+            metrics[METRIC_PREFIX + "probe_cosine"].append(
+                advantages.gradient_cosine(
+                    sums["reallocation_dot"], sums["reallocation_sq"], sums["reference_sq"]
+                )
+            )
             seconds = torch.tensor([self._auto_probe_seconds], device=self.accelerator.device)
             metrics[METRIC_PREFIX + "probe_seconds"].append(
                 self.accelerator.gather(seconds).max().item()
