@@ -500,7 +500,8 @@ def gradient_cosine(dot: float, first_sq: float, second_sq: float) -> float:
     Args:
         dot: ``<a, b>``, a float (here summed over a probe's pairs, so the cosine is of the
             concatenated vectors).
-        first_sq, second_sq: ``|a|^2`` and ``|b|^2``, floats >= 0.
+        first_sq: ``|a|^2``, a float >= 0.
+        second_sq: ``|b|^2``, a float >= 0.
 
     Returns:
         A float; NaN where either squared norm is 0 (no evidence).
