@@ -3,7 +3,9 @@
 One process, the embedded SmolLM2-135M-Instruct (or `--model`, e.g. the powered study's cold
 start, where the rewards vary and the probes have something to measure), the bundled
 tool-calling task, 2 prompts x 4 completions per micro-batch, 2 micro-batches a step (so a
-probe has pairs inside its step), 32 new tokens. Three trainers from the same seed, one after
+probe has pairs inside its step), `--max_completion_length` new tokens (default 96, the
+powered study's: at 32 every completion of the cold start is cut before its call closes, every
+reward is 0 and the probes have nothing to run). Three trainers from the same seed, one after
 the other for `--steps` optimizer steps each: fixed beta 0.5 (no warm-up), auto at the default
 probe period (every 4 steps) and auto probing every step (the probe's own cost). Each
 optimizer step is timed from `on_step_begin` to `on_step_end` (generation, scoring, replay,
@@ -14,7 +16,8 @@ Per repetition, each variant's median and mean step and their ratios to the fixe
 the same repetition; reported: the median over repetitions of each ratio. The mean is what a
 run pays (probed steps are 1 in 4 at the default, so the median is a step that did not probe);
 the issue's target is a mean step at most 1.3x the fixed beta's. Other jobs share the CPU:
-ratios only. `--output` gets every step's time, the ratios and the machine.
+ratios only. `--output` gets every step's time, each probe's seconds (0 where every
+advantage of the probed micro-batches was 0 and nothing ran), the ratios and the machine.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --steps 8 --repetitions 3 \
         --model benchmarks/results/beta-auto-training/tool_calling/cold_start/checkpoints \
@@ -42,6 +45,7 @@ VARIANTS = {
     "auto (probe every step)": dict(mrtpo_beta="auto", mrtpo_beta_probe_every=1),
 }
 FIXED = "fixed 0.5"
+PROBE_SECONDS = "mrtpo/beta_auto/probe_seconds"
 
 
 class StepTimer(TrainerCallback):
@@ -55,8 +59,11 @@ class StepTimer(TrainerCallback):
         self.seconds.append(time.perf_counter() - self._started)
 
 
-def run(settings: dict, args: argparse.Namespace, output_dir: str) -> list[float]:
-    """One trainer of a variant for `--steps` steps; each optimizer step's seconds."""
+def run(
+    settings: dict, args: argparse.Namespace, output_dir: str
+) -> tuple[list[float], list[float]]:
+    """One trainer of a variant for `--steps` steps: each optimizer step's seconds and each
+    probe's (logged as `mrtpo/beta_auto/probe_seconds`; none for the fixed beta)."""
     from mrtpo import tasks
     from mrtpo.models import load_model
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
@@ -68,7 +75,7 @@ def run(settings: dict, args: argparse.Namespace, output_dir: str) -> list[float
         per_device_train_batch_size=8,
         num_generations=4,
         gradient_accumulation_steps=2,
-        max_completion_length=32,
+        max_completion_length=args.max_completion_length,
         max_steps=args.steps,
         mrtpo_warmup_steps=0,
         learning_rate=1e-6,
@@ -90,7 +97,8 @@ def run(settings: dict, args: argparse.Namespace, output_dir: str) -> list[float
         callbacks=[timer],
     )
     trainer.train()
-    return timer.seconds
+    probes = [log[PROBE_SECONDS] for log in trainer.state.log_history if PROBE_SECONDS in log]
+    return timer.seconds, probes
 
 
 def ratios(repetitions: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
@@ -112,20 +120,23 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--max_completion_length", type=int, default=96)
     parser.add_argument("--output", type=Path, help="a JSON file for every step's time")
     args = parser.parse_args()
     torch.set_num_threads(1)
     started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
     repetitions: list[dict[str, list[float]]] = []
+    probes: list[dict[str, list[float]]] = []
     names = list(VARIANTS)
     for repetition in range(args.repetitions):
         order = names[repetition % len(names) :] + names[: repetition % len(names)]
-        times = {}
+        times, probed = {}, {}
         for name in order:
             with TemporaryDirectory() as output_dir:
-                times[name] = run(VARIANTS[name], args, output_dir)
-            print(f"repetition {repetition}, {name}: {', '.join(f'{s:.1f}' for s in times[name])} s", flush=True)  # fmt: skip
+                times[name], probed[name] = run(VARIANTS[name], args, output_dir)
+            print(f"repetition {repetition}, {name}: {', '.join(f'{s:.1f}' for s in times[name])} s; probes {', '.join(f'{s:.1f}' for s in probed[name])} s", flush=True)  # fmt: skip
         repetitions.append(times)
+        probes.append(probed)
     summary = ratios(repetitions)
     for name, ratio in summary.items():
         print(f"{name:24s} median x{ratio['median']:.2f}  mean x{ratio['mean']:.2f}")
@@ -139,7 +150,9 @@ def main() -> None:
             "load_average_at_start": list(load),
             "load_average_at_end": list(os.getloadavg()),
             "torch_threads": torch.get_num_threads(),
+            "max_completion_length": args.max_completion_length,
             "seconds": repetitions,
+            "probe_seconds": probes,
             "ratio_to_fixed": summary,
         }
         args.output.write_text(json.dumps(result, indent=1) + "\n")

@@ -278,3 +278,20 @@ def test_the_cost_ratios_are_medians_over_repetitions_of_paired_ratios():
     assert ratios[every_four] == {"median": 1.0, "mean": 1.25}
     assert ratios[every_step] == {"median": 1.5, "mean": 1.5}
     assert ratios[fixed] == {"median": 1.0, "mean": 1.0}
+
+
+def test_the_cost_benchmark_times_each_step_and_records_each_probe(tiny_model_dir, tmp_path, one_torch_thread):  # fmt: skip
+    """Each variant's trainer on the tiny model: one time per optimizer step; a probe's seconds
+    per probed step for auto (every 4 steps: steps 1 and 5 of 5), none for the fixed beta."""
+    import argparse
+
+    import beta_auto_cost
+
+    args = argparse.Namespace(model=str(tiny_model_dir), steps=5, max_completion_length=4)
+    times, probes = {}, {}
+    for name, settings in beta_auto_cost.VARIANTS.items():
+        times[name], probes[name] = beta_auto_cost.run(settings, args, str(tmp_path / name))
+    assert all(len(seconds) == 5 and min(seconds) > 0 for seconds in times.values())
+    fixed, every_four, every_step = beta_auto_cost.VARIANTS
+    assert [len(probes[name]) for name in (fixed, every_four, every_step)] == [0, 2, 5]
+    assert all(seconds >= 0 for seconds in probes[every_step])
