@@ -11,7 +11,7 @@ re-allocation's gradient is g_R = g_mrtpo - g_gdpo. Every dot product of a combi
 two is a combination of the stored ones (`combination`); its cosine and clipped gain are the
 benchmark's own (`update_quality_analysis.batch_measures`).
 
-**The rule offline.** The trainer's agreement (`mrtpo.advantages.gradient_agreement`, the
+**The rule offline.** The trainer's agreement (`mrtpo.auto_beta.gradient_agreement`, the
 trainer's own function) is the sign of the derivative in beta of the clipped step's cosine
 with the reference: cos(g_R, T) - cos(g, T) cos(g, g_R) at the step g = g_U + beta g_R, T the
 reference. Its sums come from the stored numbers (`batch_sums`): <g_R, T> and <g_U, T> from the
@@ -24,7 +24,7 @@ own part where b is in g). For each fold f, from beta = 0:
 1. the agreements at beta of every mini-batch c outside f, against its reference
    sum_{g != f} R_g^{-c} (undefined ones, |g_R^c| = 0, dropped, as the trainer drops a probe
    without one);
-2. their mean, standard error and one-sided 95% lower bound: `mrtpo.advantages.
+2. their mean, standard error and one-sided 95% lower bound: `mrtpo.auto_beta.
    agreement_bound`, the trainer's own function (Student's t from its table);
 3. while the bound is above 0 and beta below beta_max (1, `mrtpo_beta_max`'s default), beta
    rises by 0.1 (`mrtpo_beta_step`'s default) and the agreements are taken again at the new
@@ -96,7 +96,7 @@ from update_quality_plan2 import FOLDS_RESULTS, PLAN_2_STATES
 from update_quality_plan2_report import NOT_YET, _table, _test_cell
 from update_quality_states import RESULTS, STATES
 
-from mrtpo.advantages import agreement_bound, gradient_agreement, t_quantile_95
+from mrtpo.auto_beta import agreement_bound, gradient_agreement, t_quantile_95
 
 OUT = Path("benchmarks/results/beta-auto-offline")
 REPORT = "README.md"

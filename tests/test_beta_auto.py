@@ -18,7 +18,7 @@ from trainer_toys import CPU_RUN, launch_two_processes, toy_dataset, toy_verifie
 import mrtpo.relevance
 import mrtpo.trainer
 import mrtpo.trainer_beta_auto
-from mrtpo import advantages
+from mrtpo import auto_beta
 from mrtpo.commands.train import parse_args
 from mrtpo.testing import tiny_model_and_tokenizer
 from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
@@ -57,24 +57,24 @@ def step_logs(trainer) -> list[dict]:
 
 
 def test_agreement_bound_by_hand():
-    mean, se, lower = advantages.agreement_bound([0.1, 0.3])
+    mean, se, lower = auto_beta.agreement_bound([0.1, 0.3])
     assert mean == pytest.approx(0.2)
     # sd = sqrt(0.02), se = sd / sqrt(2) = 0.1; t(1) = 6.314
     assert se == pytest.approx(0.1)
     assert lower == pytest.approx(0.2 - 6.314 * 0.1)
-    mean, se, lower = advantages.agreement_bound([0.5])
+    mean, se, lower = auto_beta.agreement_bound([0.5])
     assert mean == 0.5 and math.isnan(se) and math.isnan(lower)
-    assert all(math.isnan(x) for x in advantages.agreement_bound([]))
-    assert advantages.t_quantile_95(4) == 2.132 and advantages.t_quantile_95(31) == 1.645
+    assert all(math.isnan(x) for x in auto_beta.agreement_bound([]))
+    assert auto_beta.t_quantile_95(4) == 2.132 and auto_beta.t_quantile_95(31) == 1.645
     with pytest.raises(ValueError, match="degrees_of_freedom"):
-        advantages.t_quantile_95(0)
+        auto_beta.t_quantile_95(0)
 
 
 def test_gradient_cosine_is_the_pairs_cosine_and_nan_without_a_side():
-    assert advantages.gradient_cosine(3.0, 4.0, 9.0) == pytest.approx(0.5)
-    assert advantages.gradient_cosine(-6.0, 4.0, 9.0) == pytest.approx(-1.0)
-    assert math.isnan(advantages.gradient_cosine(0.0, 0.0, 9.0))
-    assert math.isnan(advantages.gradient_cosine(0.0, 4.0, 0.0))
+    assert auto_beta.gradient_cosine(3.0, 4.0, 9.0) == pytest.approx(0.5)
+    assert auto_beta.gradient_cosine(-6.0, 4.0, 9.0) == pytest.approx(-1.0)
+    assert math.isnan(auto_beta.gradient_cosine(0.0, 0.0, 9.0))
+    assert math.isnan(auto_beta.gradient_cosine(0.0, 4.0, 0.0))
 
 
 def _sums(uniform, reallocation, reference) -> dict[str, float]:
@@ -104,12 +104,12 @@ def test_the_agreement_is_the_sign_of_the_steps_cosine_slope_not_the_cosine():
     sums = _sums(uniform, reallocation, reference)
     # By hand: A = 0.1, B0 = 1, RR = 1.01, UU = 2, UR = 1.1, GG = 1 (in `SUMS`' order).
     assert sums == pytest.approx(dict(zip(SUMS, (0.1, 1.0, 1.01, 2.0, 1.1, 1.0), strict=True)))
-    cosine = advantages.gradient_cosine(0.1, 1.01, 1.0)
+    cosine = auto_beta.gradient_cosine(0.1, 1.01, 1.0)
     assert cosine == pytest.approx(0.1 / math.sqrt(1.01)) and cosine > 0
-    at_zero = advantages.gradient_agreement(**sums, beta=0.0)
+    at_zero = auto_beta.gradient_agreement(**sums, beta=0.0)
     assert at_zero == pytest.approx((0.1 * 2 - 1 * 1.1) / (2 * math.sqrt(1.01)))  # -0.4478
     # beta 0.5: B = 1.05, N2 = 2 + 1.1 + 0.2525 = 3.3525, X = 1.1 + 0.505 = 1.605
-    at_half = advantages.gradient_agreement(**sums, beta=0.5)
+    at_half = auto_beta.gradient_agreement(**sums, beta=0.5)
     assert at_half == pytest.approx((0.1 * 3.3525 - 1.05 * 1.605) / (3.3525 * math.sqrt(1.01)))
     for beta, agreement in ((0.0, at_zero), (0.5, at_half)):
         # The sign (and size, times |g_R| / |g|) of the cosine's derivative in beta, measured.
@@ -122,13 +122,13 @@ def test_the_agreement_is_the_sign_of_the_steps_cosine_slope_not_the_cosine():
         assert agreement < 0 and slope == pytest.approx(agreement * math.sqrt(1.01) / norm)
     # Probes like it: the cosines' bound is above 0, the agreements' below: beta falls.
     probes = [((1.0, 0.0, 1.0), (0.1 + d, 0.0, 1.0), (1.0, d, 0.0)) for d in (0.0, 0.02, 0.05)]
-    agreements = [advantages.gradient_agreement(**_sums(*p), beta=0.0) for p in probes]
+    agreements = [auto_beta.gradient_agreement(**_sums(*p), beta=0.0) for p in probes]
     cosines = [
-        advantages.gradient_cosine(s["reallocation_dot"], s["reallocation_sq"], s["reference_sq"])
+        auto_beta.gradient_cosine(s["reallocation_dot"], s["reallocation_sq"], s["reference_sq"])
         for s in (_sums(*p) for p in probes)
     ]
-    assert advantages.next_auto_beta(0.3, cosines, 1.0, 0.1) == 0.4  # the old rule: up
-    assert advantages.next_auto_beta(0.3, agreements, 1.0, 0.1) == 0.2  # this one: down
+    assert auto_beta.next_auto_beta(0.3, cosines, 1.0, 0.1) == 0.4  # the old rule: up
+    assert auto_beta.next_auto_beta(0.3, agreements, 1.0, 0.1) == 0.2  # this one: down
 
 
 def test_the_agreement_is_the_orthogonal_parts_cosine_and_nan_without_evidence():
@@ -141,23 +141,23 @@ def test_the_agreement_is_the_orthogonal_parts_cosine_and_nan_without_evidence()
         r_off = r - (r @ step) / (step @ step) * step
         g_off = g - (g @ step) / (step @ step) * step
         expected = float(r_off @ g_off / (r.norm() * g.norm()))
-        assert advantages.gradient_agreement(**_sums(u, r, g), beta=beta) == pytest.approx(
+        assert auto_beta.gradient_agreement(**_sums(u, r, g), beta=beta) == pytest.approx(
             expected, rel=1e-10
         )
         assert -1 <= expected <= 1
     # g_R along g_U (only the step's length changes): 0, whatever cos(g_R, G).
-    assert advantages.gradient_agreement(
+    assert auto_beta.gradient_agreement(
         **_sums((1.0, 1.0), (2.0, 2.0), (1.0, 0.0)), beta=0.5
     ) == pytest.approx(0.0, abs=1e-12)
     nothing = _sums((1.0, 0.0), (0.0, 0.0), (1.0, 0.0))  # RR = 0: nothing re-allocated
     no_reference = _sums((1.0, 0.0), (0.0, 1.0), (0.0, 0.0))  # GG = 0
     no_step = _sums((0.0, 0.0), (0.0, 1.0), (1.0, 0.0))  # N2 = 0 at beta 0: no step
-    assert math.isnan(advantages.gradient_agreement(**nothing, beta=0.5))
-    assert math.isnan(advantages.gradient_agreement(**no_reference, beta=0.5))
-    assert math.isnan(advantages.gradient_agreement(**no_step, beta=0.0))
-    assert not math.isnan(advantages.gradient_agreement(**no_step, beta=0.5))
+    assert math.isnan(auto_beta.gradient_agreement(**nothing, beta=0.5))
+    assert math.isnan(auto_beta.gradient_agreement(**no_reference, beta=0.5))
+    assert math.isnan(auto_beta.gradient_agreement(**no_step, beta=0.0))
+    assert not math.isnan(auto_beta.gradient_agreement(**no_step, beta=0.5))
     with pytest.raises(ValueError, match="beta"):
-        advantages.gradient_agreement(**no_step, beta=1.5)
+        auto_beta.gradient_agreement(**no_step, beta=1.5)
 
 
 def test_the_summed_rewards_advantage_by_hand():
@@ -181,20 +181,20 @@ def test_the_summed_rewards_advantage_by_hand():
 
 def test_next_auto_beta_rises_only_on_a_positive_bound_and_stays_in_range():
     agree, split = [0.30, 0.32, 0.31], [0.3, -0.2, 0.25]
-    assert advantages.next_auto_beta(0.0, agree, 1.0, 0.1) == 0.1
-    assert advantages.next_auto_beta(0.95, agree, 1.0, 0.1) == 1.0  # capped at beta_max
-    assert advantages.next_auto_beta(0.5, agree, 0.5, 0.1) == 0.5
-    assert advantages.next_auto_beta(0.3, split, 1.0, 0.1) == 0.2  # bound below 0: falls
-    assert advantages.next_auto_beta(0.05, split, 1.0, 0.1) == 0.0  # not below 0
-    assert advantages.next_auto_beta(0.2, [0.9], 1.0, 0.1) == 0.1  # one probe: no bound
+    assert auto_beta.next_auto_beta(0.0, agree, 1.0, 0.1) == 0.1
+    assert auto_beta.next_auto_beta(0.95, agree, 1.0, 0.1) == 1.0  # capped at beta_max
+    assert auto_beta.next_auto_beta(0.5, agree, 0.5, 0.1) == 0.5
+    assert auto_beta.next_auto_beta(0.3, split, 1.0, 0.1) == 0.2  # bound below 0: falls
+    assert auto_beta.next_auto_beta(0.05, split, 1.0, 0.1) == 0.0  # not below 0
+    assert auto_beta.next_auto_beta(0.2, [0.9], 1.0, 0.1) == 0.1  # one probe: no bound
     beta = 0.0
     for _ in range(3):
-        beta = advantages.next_auto_beta(beta, agree, 1.0, 0.1)
+        beta = auto_beta.next_auto_beta(beta, agree, 1.0, 0.1)
     for _ in range(3):
-        beta = advantages.next_auto_beta(beta, split, 1.0, 0.1)
+        beta = auto_beta.next_auto_beta(beta, split, 1.0, 0.1)
     assert beta == 0.0  # exactly back, no rounding residue
     with pytest.raises(ValueError, match="beta_step"):
-        advantages.next_auto_beta(0.0, agree, 1.0, 0.0)
+        auto_beta.next_auto_beta(0.0, agree, 1.0, 0.0)
 
 
 # ---------------------------------------------------------------------- configuration

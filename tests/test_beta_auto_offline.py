@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import beta_auto_offline as offline  # noqa: E402
 import update_quality as uq  # noqa: E402
 
-from mrtpo.advantages import agreement_bound, t_quantile_95  # noqa: E402
+from mrtpo.auto_beta import agreement_bound, t_quantile_95  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "data" / "beta-auto-offline-report"

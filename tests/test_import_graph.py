@@ -12,7 +12,7 @@ its submodules is no cycle with them, while a submodule importing names from its
 
 The rules:
 (a) no cycles;
-(b) the pure math (`mrtpo.advantages`, `mrtpo.reward_weighting` and `mrtpo.reward_batch`, what
+(b) the pure math (`mrtpo.advantages`, `mrtpo.auto_beta`, `mrtpo.reward_weighting` and `mrtpo.reward_batch`, what
     both share) imports nothing of the package but itself; `mrtpo.verifiers` imports nothing of
     the package;
 (c) `mrtpo.tasks*` imports none of the trainer's modules (`mrtpo.trainer` and its mixins'
@@ -57,7 +57,7 @@ TRAINER = (
     "mrtpo.trainer_loss_options",
 )
 # Rule (b): the pure-math modules, which may import each other and nothing else of the package.
-MATH = ("mrtpo.advantages", "mrtpo.reward_weighting", "mrtpo.reward_batch")
+MATH = ("mrtpo.advantages", "mrtpo.auto_beta", "mrtpo.reward_weighting", "mrtpo.reward_batch")
 # Rule (d): the modules of mrtpo.commands that the others may import.
 COMMANDS_SHARED = ("mrtpo.commands",)
 # Rule (e): what a module other than the dispatcher may use of importlib.

@@ -30,8 +30,8 @@ all 0 is skipped (`probe_passes`): it would add 0 to every sum, or nothing to G.
 
 At the step's end the six sums are summed over processes and the probe's agreement is
 cos(g_R, G) - cos(g, G) cos(g, g_R) at the beta the step trained with
-(`advantages.gradient_agreement`): the sign of d/dbeta cos(g(beta), G). Beta moves by
-`mrtpo_beta_step` (`advantages.next_auto_beta`): up while the one-sided 95% lower bound of the
+(`auto_beta.gradient_agreement`): the sign of d/dbeta cos(g(beta), G). Beta moves by
+`mrtpo_beta_step` (`auto_beta.next_auto_beta`): up while the one-sided 95% lower bound of the
 mean agreement of the last `mrtpo_beta_window` probes is above 0, down otherwise; every process
 computes the same numbers, so every process has the same beta.
 """
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from mrtpo import advantages
+from mrtpo import advantages, auto_beta
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -65,7 +65,7 @@ STATE_FILE = "mrtpo_beta_auto.json"
 # The key under which a training batch carries each row's summed-reward advantage P_i (B,),
 # set by `MRTPOTrainer._generate_and_score_completions` under `auto`.
 SUMMED_ADVANTAGE = "mrtpo_summed_reward_advantage"
-# The probe's sums, in the order of their tensor (`advantages.gradient_agreement`'s names):
+# The probe's sums, in the order of their tensor (`auto_beta.gradient_agreement`'s names):
 # <g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, <g_U, g_R>, |G|^2.
 SUMS = (
     "reallocation_dot",
@@ -383,10 +383,10 @@ class AutoBetaMixin:
             self._auto_sums.zero_()
             sums = dict(zip(SUMS, reduced, strict=True))
             beta = self._auto_beta_at(self.state.global_step)  # what `_prepare_inputs` used
-            agreement = advantages.gradient_agreement(**sums, beta=beta)
+            agreement = auto_beta.gradient_agreement(**sums, beta=beta)
             if not math.isnan(agreement):  # no reference yet, or nothing re-allocated: no move
                 self._auto_agreements.append(agreement)
-                self._auto_beta_value = advantages.next_auto_beta(
+                self._auto_beta_value = auto_beta.next_auto_beta(
                     self._auto_beta_value,
                     self._auto_agreements,
                     self.args.mrtpo_beta_max,
@@ -394,7 +394,7 @@ class AutoBetaMixin:
                 )
             metrics[METRIC_PREFIX + "probe_agreement"].append(agreement)
             metrics[METRIC_PREFIX + "probe_cosine"].append(
-                advantages.gradient_cosine(
+                auto_beta.gradient_cosine(
                     sums["reallocation_dot"], sums["reallocation_sq"], sums["reference_sq"]
                 )
             )
@@ -403,7 +403,7 @@ class AutoBetaMixin:
                 self.accelerator.gather(seconds).max().item()
             )
             self._auto_probe_seconds = 0.0
-        mean, se, lower = advantages.agreement_bound(self._auto_agreements)
+        mean, se, lower = auto_beta.agreement_bound(self._auto_agreements)
         metrics[METRIC_PREFIX + "agreement"].append(mean)
         metrics[METRIC_PREFIX + "agreement_se"].append(se)
         metrics[METRIC_PREFIX + "agreement_lower"].append(lower)
