@@ -51,7 +51,6 @@ import convergence  # noqa: E402  (a sibling script: runs, resumption, cold star
 import convergence_powered  # noqa: E402  (the recipe, AUC, paired differences, tables)
 import convergence_report  # noqa: E402
 import convergence_runs  # noqa: E402
-from sql_training_study import commit_files  # noqa: E402  (commits the given paths only)
 
 RESULTS = Path("benchmarks/results/beta-auto-training")
 POWERED = HERE / "results" / "convergence-powered"  # the committed GDPO runs and their recipe
@@ -345,7 +344,7 @@ def run_study(results: Path, threads: int, jobs: int, commit: bool, argv: Sequen
             write_report(results)
             if commit and code == 0:
                 message = f"#50: beta auto training, {method} seed {seed}"
-                commit_files(result_files(args, method, seed, results), message)
+                convergence_runs.commit_files(result_files(args, method, seed, results), message)
         return code
 
     if not convergence_runs.is_finished(convergence_runs.run_dir(args, BASELINE, CHECK_SEED), True):

@@ -16,6 +16,7 @@ import math
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -284,6 +285,29 @@ def write_study_data(args: argparse.Namespace, tokenizer: Any) -> Path:
                 temporary.write_text(text)
                 os.replace(temporary, target)
     return folder
+
+
+def commit_files(paths: Sequence[Path], message: str, attempts: int = 60) -> bool:
+    """`git add` and `git commit` of `paths` only (other staged or changed files are left as
+    they are), retried while another git process holds the index; False when it fails."""
+    existing = [str(path) for path in paths if Path(path).is_file()]
+    if not existing:
+        return False
+    where = Path(existing[0]).resolve().parent
+    for _ in range(attempts):
+        add = subprocess.run(["git", "-C", str(where), "add", "--", *map(os.path.abspath, existing)], capture_output=True, text=True)  # fmt: skip
+        commit = add.returncode == 0 and subprocess.run(
+            ["git", "-C", str(where), "commit", "-q", "-m", message, "--", *map(os.path.abspath, existing)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if commit and commit.returncode == 0:
+            return True
+        error = (commit.stderr if commit else add.stderr) or ""
+        if "index.lock" not in error:
+            print(f"commit of {len(existing)} file(s) failed: {error.strip()}", flush=True)
+            return False
+        time.sleep(5)
+    return False
 
 
 # ----------------------------------------------------------------------------- one run

@@ -37,7 +37,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,29 +164,6 @@ def worker(results: Path, stage: str, method: str, seed: int, rate: float, threa
         )
 
 
-def commit_files(paths: Sequence[Path], message: str, attempts: int = 60) -> bool:
-    """`git add` and `git commit` of `paths` only (other staged or changed files are left as
-    they are), retried while another git process holds the index; False when it fails."""
-    existing = [str(path) for path in paths if Path(path).is_file()]
-    if not existing:
-        return False
-    where = Path(existing[0]).resolve().parent
-    for _ in range(attempts):
-        add = subprocess.run(["git", "-C", str(where), "add", "--", *map(os.path.abspath, existing)], capture_output=True, text=True)  # fmt: skip
-        commit = add.returncode == 0 and subprocess.run(
-            ["git", "-C", str(where), "commit", "-q", "-m", message, "--", *map(os.path.abspath, existing)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if commit and commit.returncode == 0:
-            return True
-        error = (commit.stderr if commit else add.stderr) or ""
-        if "index.lock" not in error:
-            print(f"commit of {len(existing)} file(s) failed: {error.strip()}", flush=True)
-            return False
-        time.sleep(5)
-    return False
-
-
 def run_files(args: argparse.Namespace, method: str, seed: int) -> list[Path]:
     folder = convergence_runs.run_dir(args, method, seed)
     files = (convergence_runs.METRICS_FILE, convergence_runs.RUN_FILE, convergence_runs.EVAL_FILE)
@@ -219,7 +195,7 @@ def run_stage(stage: str, results: Path, threads: int, commit: bool, argv: Seque
                 files = [*run_files(args, method, seed), report, Path(results) / PLAN_FILE]
                 files += [Path(results) / name for name in ("curves.png", "pilot.png")]
                 message = f"#47: sql training study, {stage} {method} seed {seed} (lr {fmt_rate(rate)})"  # fmt: skip
-                commit_files(files, message)
+                convergence_runs.commit_files(files, message)
     return failed
 
 
