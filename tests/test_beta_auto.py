@@ -489,6 +489,18 @@ def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
         assert all(torch.equal(fast_reference[i], slow_reference[i]) for i in fast_reference)
 
 
+# Three steps of two micro-batches of one group each, probed every second step.
+THREE_AUTO_STEPS = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    gradient_accumulation_steps=2,
+    max_completion_length=6,
+    max_steps=3,
+    mrtpo_beta="auto",
+    mrtpo_beta_probe_every=2,
+)
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -500,16 +512,7 @@ def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
     ids=["no-sharing-steps-per-generation", "saw-iterations", "placebo", "shuffled"],
 )
 def test_auto_runs_with_each_setting_and_logs_every_step(tmp_path, settings):
-    base = dict(
-        per_device_train_batch_size=4,
-        num_generations=4,
-        gradient_accumulation_steps=2,
-        max_completion_length=6,
-        max_steps=3,
-        mrtpo_beta="auto",
-        mrtpo_beta_probe_every=2,
-    )
-    trainer = train(tmp_path, **{**base, **settings})
+    trainer = train(tmp_path, **{**THREE_AUTO_STEPS, **settings})
     logs = step_logs(trainer)
     assert len(logs) == 3
     for log in logs:  # every step: beta, the estimate, its uncertainty, the evidence's size
@@ -520,6 +523,30 @@ def test_auto_runs_with_each_setting_and_logs_every_step(tmp_path, settings):
     assert -1 <= logs[2][PREFIX + "probe_cosine"] <= 1
     assert logs[2][PREFIX + "probe_seconds"] > 0
     assert PREFIX + "probe_agreement" not in logs[1]  # step 1 was not probed
+
+
+def test_the_credit_maps_show_the_evidence_beta_moves_on(tmp_path):
+    """Each step's maps are drawn at its generation, before it trains: they show the beta it
+    trains with and the evidence logged at the end of the step before (none at step 0)."""
+    settings = dict(mrtpo_beta_probe_every=1, mrtpo_warmup_steps=0, credit_map_steps=1)
+    trainer = train(tmp_path, **{**THREE_AUTO_STEPS, **settings})
+    logs = step_logs(trainer)
+    credit_dir = Path(trainer.args.output_dir) / "credit"
+    steps = json.loads((credit_dir / "index.json").read_text())
+    assert [entry["step"] for entry in steps] == [0, 1, 2]
+    shown = [entry["diagnostics"] for entry in steps]
+    assert [figures["beta"] for figures in shown] == [log["mrtpo/beta"] for log in logs]
+    assert shown[0]["probes"] == 0.0 and shown[0]["agreement"] is None  # NaN: no evidence yet
+    for before, figures in zip(logs[:-1], shown[1:], strict=True):
+        for name in ("agreement", "agreement_se", "agreement_lower", "probes"):
+            logged = before[PREFIX + name]
+            if logged is None or math.isnan(logged):  # index.json keeps a NaN as null
+                assert figures[name] is None, name
+            else:
+                assert figures[name] == pytest.approx(logged), name
+    assert shown[2]["probes"] == 2.0 and shown[2]["agreement_se"] is not None
+    page = (credit_dir / "step-00002.html").read_text()
+    assert "<th>agreement_lower</th>" in page and f"<td>{shown[2]['probes']:.4g}</td>" in page
 
 
 # ---------------------------------------------------------------------- fixed beta

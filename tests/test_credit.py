@@ -469,3 +469,25 @@ def test_write_training_maps(tiny, tmp_path):
     write_training_maps(tmp_path, 5, [second])  # a step written again replaces its entry
     steps = json.loads((tmp_path / "credit" / "index.json").read_text())
     assert [entry["step"] for entry in steps] == [5, 10] and steps[0]["rewards"]["execution"] == 1.0
+
+
+def test_training_maps_show_the_steps_diagnostics(tmp_path):
+    """The step's figures above its maps and as the index's columns; strict JSON keeps an
+    infinite ratio as "inf" and a NaN as null, both shown; a step without them shows "–"."""
+    tokens = ["a", "b"]
+    credit_map = hand_map(tokens, [[0.5, 0.25]], [Verdict(1.0, "info")])
+    credit_dir = tmp_path / "credit"
+    write_training_maps(tmp_path, 0, [credit_map])  # no diagnostics (a GDPO run's)
+    figures = {"beta": 0.3, "reallocation_ratio": float("inf"), "agreement": 0.012345678}
+    page = write_training_maps(tmp_path, 4, [credit_map], {**figures, "agreement_se": float("nan")})
+    steps = json.loads((credit_dir / "index.json").read_text())
+    assert steps[0]["diagnostics"] == {}
+    assert steps[1]["diagnostics"] == {
+        "beta": 0.3, "reallocation_ratio": "inf", "agreement": 0.012345678, "agreement_se": None
+    }  # fmt: skip
+    row = "<tr><th>beta</th><th>reallocation_ratio</th><th>agreement</th><th>agreement_se</th></tr>"
+    assert row + "<tr><td>0.3</td><td>inf</td><td>0.01235</td><td>–</td></tr>" in page.read_text()
+    index = (credit_dir / "index.html").read_text()
+    assert "<th>r0</th><th>beta</th><th>reallocation_ratio</th>" in index
+    assert "<td>1.000</td><td>–</td><td>–</td><td>–</td><td>–</td></tr>" in index  # step 0
+    assert "<td>1.000</td><td>0.3</td><td>inf</td><td>0.01235</td><td>–</td></tr>" in index

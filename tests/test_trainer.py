@@ -840,12 +840,13 @@ def test_resume_continues_steps_optimizer_and_scheduler(tmp_path):
 def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch, estimator):
     import mrtpo.trainer_credit as trainer_module
 
-    received = []
+    received, shown = [], []
     original = trainer_module.write_training_maps
 
-    def recording(output_dir, step, records):
+    def recording(output_dir, step, records, diagnostics):
         received.append((step, records))
-        return original(output_dir, step, records)
+        shown.append(diagnostics)
+        return original(output_dir, step, records, diagnostics)
 
     monkeypatch.setattr(trainer_module, "write_training_maps", recording)
     trainer = train_mrtpo(
@@ -886,6 +887,20 @@ def test_credit_map_hook_receives_lowest_and_highest_rows(tmp_path, monkeypatch,
                 )
     credit_dir = Path(trainer.args.output_dir) / "credit"
     assert (credit_dir / "step-00000.html").exists() and (credit_dir / "index.html").exists()
+    # Above the maps and in the index: MRTPO's beta and re-allocation ratio as the step logged
+    # them (one generation batch a step here); nothing for the uniform baselines.
+    if estimator == "mrtpo":
+        logs = [log for log in trainer.state.log_history if "mrtpo/beta" in log]
+        assert [d["beta"] for d in shown] == [log["mrtpo/beta"] for log in logs]
+        assert [d["reallocation_ratio"] for d in shown] == pytest.approx(
+            [log["mrtpo/reallocation_ratio"] for log in logs]
+        )
+        assert set(shown[0]) == {"beta", "reallocation_ratio"}
+        index = json.loads((credit_dir / "index.json").read_text())
+        assert index[1]["diagnostics"]["beta"] == logs[1]["mrtpo/beta"]
+        assert "<th>reallocation_ratio</th>" in (credit_dir / "index.html").read_text()
+    else:
+        assert shown == [{}, {}]
 
 
 # ---------------------------------------------------------------------- metric helper

@@ -403,10 +403,19 @@ class AutoBetaMixin:
                 self.accelerator.gather(seconds).max().item()
             )
             self._auto_probe_seconds = 0.0
-        mean, se, lower = auto_beta.agreement_bound(self._auto_agreements)
-        metrics[METRIC_PREFIX + "agreement"].append(mean)
-        metrics[METRIC_PREFIX + "agreement_se"].append(se)
-        metrics[METRIC_PREFIX + "agreement_lower"].append(lower)
-        metrics[METRIC_PREFIX + "probes"].append(float(len(self._auto_agreements)))
+        for name, value in self._auto_beta_evidence().items():
+            metrics[METRIC_PREFIX + name].append(value)
         # The beta the next step starts from (before the warm-up's cap).
         metrics[METRIC_PREFIX + "next_beta"].append(self._auto_beta_value)
+
+    def _auto_beta_evidence(self) -> dict[str, float]:
+        """What beta's moves rest on so far: the window's mean agreement, its standard error and
+        one-sided 95% lower bound (NaN where there is nothing to say) and how many probes it
+        holds. Logged every step (`mrtpo/beta_auto/<name>`) and shown in the credit maps."""
+        mean, se, lower = auto_beta.agreement_bound(self._auto_agreements)
+        return {
+            "agreement": mean,
+            "agreement_se": se,
+            "agreement_lower": lower,
+            "probes": float(len(self._auto_agreements)),
+        }

@@ -3,7 +3,8 @@
 Every `credit_map_steps` optimizer steps (`credit_map_steps=0`: never) the trainer writes the
 maps of the lowest- and the highest-total-reward rows of the main process's share of the batch
 (`mrtpo.credit.write_training_maps`): the tokens each reward's information moved, the token
-weights and advantages trained on, the verdicts and the response's text.
+weights and advantages trained on, the verdicts and the response's text; above them and in the
+index, the step's beta, re-allocation ratio and, under `mrtpo_beta: auto`, beta's evidence.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class CreditMapsMixin:
     _last_credit_step: int | None
     _replay: Callable[..., ReplayResult]
     _beta_stays_zero: Callable[[], bool]
+    # TRL's metric lists of this logging window, and under `mrtpo_beta: auto` the evidence
+    # beta moves on (`mrtpo.trainer_beta_auto`).
+    _metrics: dict[str, dict[str, list[float]]]
+    _auto_beta_evidence: Callable[[], dict[str, float]]
 
     def _write_credit_maps(self, scored: ScoredBatch, step: StepAdvantages, width: int) -> None:
         """This step's credit maps, written by the main process (`write_training_maps`) into
@@ -60,7 +65,22 @@ class CreditMapsMixin:
         """
         maps = self._credit_maps(scored, step, width)
         if maps is not None:
-            write_training_maps(self.args.output_dir, self.state.global_step, maps)
+            diagnostics = self._credit_diagnostics(step)
+            write_training_maps(self.args.output_dir, self.state.global_step, maps, diagnostics)
+
+    def _credit_diagnostics(self, step: StepAdvantages) -> dict[str, float]:
+        """The step's figures shown above its maps and in the index: MRTPO's beta for this
+        generation batch and `mrtpo/reallocation_ratio` as just logged; under
+        `mrtpo_beta: auto` the agreement evidence beta was chosen on. Nothing for GDPO/GRPO."""
+        if step.token is None:
+            return {}
+        figures = {"beta": float(step.token.beta)}
+        ratios = self._metrics["train"].get("mrtpo/reallocation_ratio")
+        if ratios:  # `_log_replay` logged this batch's just before
+            figures["reallocation_ratio"] = float(ratios[-1])
+        if self.args.beta_is_auto:
+            figures.update(self._auto_beta_evidence())
+        return figures
 
     def _credit_maps_due(self) -> bool:
         """Every `credit_map_steps` optimizer steps (from step 0). The same answer on every

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,8 +273,14 @@ def _map_html(credit_map: CreditMap, number: int) -> str:
     return "".join(parts)
 
 
-def to_html(maps: CreditMap | Sequence[CreditMap], title: str = "Credit map") -> str:
-    """A self-contained HTML page (inline CSS, no script) with one section per map."""
+def to_html(
+    maps: CreditMap | Sequence[CreditMap],
+    title: str = "Credit map",
+    diagnostics: Mapping[str, float | str | None] | None = None,
+) -> str:
+    """A self-contained HTML page (inline CSS, no script) with one section per map; with
+    `diagnostics` (a training step's figures, see `write_training_maps`) a one-row table of
+    them above the maps."""
     maps = [maps] if isinstance(maps, CreditMap) else list(maps)
     note = (
         "Each reward row shades a token by that reward's share of the advantage "
@@ -285,22 +291,42 @@ def to_html(maps: CreditMap | Sequence[CreditMap], title: str = "Credit map") ->
         "advantage, so its contexts were not replayed and it has no measured distance."
     )
     body = "".join(_map_html(credit_map, i + 1) for i, credit_map in enumerate(maps))
+    figures = ""
+    if diagnostics:
+        header = "".join(f"<th>{_escape(name)}</th>" for name in diagnostics)
+        cells = "".join(f"<td>{_figure(value)}</td>" for value in diagnostics.values())
+        figures = f'<table class="index"><tr>{header}</tr><tr>{cells}</tr></table>'
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_escape(title)}</title><style>{_CSS}</style></head><body>"
-        f'<h1>{_escape(title)}</h1><p class="note">{note}</p>{body}</body></html>\n'
+        f'<h1>{_escape(title)}</h1><p class="note">{note}</p>{figures}{body}</body></html>\n'
     )
 
 
+def _figure(value: float | str | None) -> str:
+    """A diagnostic in a table cell: 4 significant digits; "–" where None or NaN."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if isinstance(value, str):  # "inf" / "-inf", as index.json stores them
+        return _escape(value)
+    return f"{value:.4g}"
+
+
 def index_html(steps: Sequence[dict[str, Any]]) -> str:
-    """The index of training credit maps: one line per step with each reward's mean score."""
+    """The index of training credit maps: one line per step with each reward's mean score and
+    the step's diagnostics."""
     names = sorted({name for entry in steps for name in entry["rewards"]})
-    header = "".join(f"<th>{_escape(name)}</th>" for name in names)
+    # The steps' diagnostics in their first appearance's order (older index.json: none).
+    figures = list(dict.fromkeys(n for entry in steps for n in entry.get("diagnostics", {})))
+    header = "".join(f"<th>{_escape(name)}</th>" for name in [*names, *figures])
     lines = []
     for entry in steps:
         cells = "".join(
             f"<td>{entry['rewards'][name]:.3f}</td>" if name in entry["rewards"] else "<td>–</td>"
             for name in names
+        )
+        cells += "".join(
+            f"<td>{_figure(entry.get('diagnostics', {}).get(name))}</td>" for name in figures
         )
         link = _escape(entry["page"])
         lines.append(
@@ -309,7 +335,9 @@ def index_html(steps: Sequence[dict[str, Any]]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Credit maps</title>'
         f"<style>{_CSS}</style></head><body><h1>Credit maps during training</h1>"
-        '<p class="note">Mean reward score over the rows shown at each step.</p>'
+        '<p class="note">Mean reward score over the rows shown at each step, then the step\'s '
+        "figures: MRTPO's beta, its re-allocation ratio and, under automatic beta, the "
+        "agreement beta moves on (mean, standard error, lower bound, probes).</p>"
         f'<table class="index"><tr><th>step</th><th>rows</th>{header}</tr>{"".join(lines)}</table></body></html>\n'
     )
 

@@ -4,6 +4,7 @@ step and an index of all steps written so far."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,15 +25,29 @@ def _mean_scores(maps: Sequence[CreditMap]) -> dict[str, float]:
     return {name: float(np.mean(scores)) for name, scores in totals.items()}
 
 
+def _storable(value: float | None) -> float | str | None:
+    """A diagnostic as strict JSON holds it: NaN as None, an infinity as "inf" or "-inf"."""
+    if value is None or math.isnan(value):
+        return None
+    return float(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+
+
 def write_training_maps(
-    output_dir: str | Path, step: int, records: Sequence[CreditMap | Mapping[str, Any]]
+    output_dir: str | Path,
+    step: int,
+    records: Sequence[CreditMap | Mapping[str, Any]],
+    diagnostics: Mapping[str, float | None] | None = None,
 ) -> Path:
     """Write the credit maps of a few training rows; (re)write the index of all steps.
 
     Writes `output_dir/credit/step-XXXXX.html` (one section per row) and
-    `output_dir/credit/index.html` (every step written so far, its link and each reward's mean
-    score over its rows; the steps are remembered in `output_dir/credit/index.json`).
-    Returns the path of the step's page.
+    `output_dir/credit/index.html` (every step written so far, its link, each reward's mean
+    score over its rows and the step's diagnostics; the steps are remembered in
+    `output_dir/credit/index.json`). Returns the path of the step's page.
+
+    diagnostics: optional figures of the whole step, shown above its maps and as columns of the
+    index, e.g. {"beta": 0.3, "reallocation_ratio": 0.41, "agreement": 0.012}; None or NaN
+    shows as "–" (what the trainer passes: `mrtpo.trainer_credit`).
 
     Each record is a `CreditMap` (what the trainer passes) or a dict for one row of the batch:
       prompt: str, or the chat messages (the last message's content is shown);
@@ -60,14 +75,15 @@ def write_training_maps(
     credit_dir = Path(output_dir) / "credit"
     credit_dir.mkdir(parents=True, exist_ok=True)
     page = credit_dir / f"step-{step:05d}.html"
-    page.write_text(to_html(maps, title=f"Credit maps, step {step}"), encoding="utf-8")
+    figures = {name: _storable(value) for name, value in (diagnostics or {}).items()}
+    page_html = to_html(maps, title=f"Credit maps, step {step}", diagnostics=figures)
+    page.write_text(page_html, encoding="utf-8")
 
     index_json = credit_dir / "index.json"
     steps = json.loads(index_json.read_text(encoding="utf-8")) if index_json.exists() else []
     steps = [entry for entry in steps if entry["step"] != step]
-    steps.append(
-        {"step": step, "page": page.name, "rows": len(maps), "rewards": _mean_scores(maps)}
-    )
+    entry = {"step": step, "page": page.name, "rows": len(maps), "rewards": _mean_scores(maps)}
+    steps.append({**entry, "diagnostics": figures})
     steps.sort(key=lambda entry: entry["step"])
     index_json.write_text(json.dumps(steps, indent=1), encoding="utf-8")
 
