@@ -339,6 +339,19 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return [records[step] for step in sorted(records)]
 
 
+def drop_resume_checkpoints(folder: Path) -> int:
+    """Delete the `checkpoint-<step>` folders of a finished run's `folder` (its checkpoints
+    folder): weights, optimizer and scheduler states kept only to resume, about 7 GB each for
+    Qwen2.5-0.5B. The final model and any policy kept by `keep_steps` stay. Returns the bytes
+    freed."""
+    freed = 0
+    for checkpoint in sorted(Path(folder).glob("checkpoint-*")):
+        if checkpoint.is_dir():
+            freed += sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
+            shutil.rmtree(checkpoint)
+    return freed
+
+
 def is_finished(folder: Path, evaluate: bool) -> bool:
     """A run is finished when its final evaluation is written (or, without evaluation, its
     run.json says training finished)."""

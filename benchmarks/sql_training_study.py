@@ -162,6 +162,11 @@ def worker(results: Path, stage: str, method: str, seed: int, rate: float, threa
             provenance=update_quality.engine(),
             keep_steps=[KEPT_STEP] if stage == "study" and (method, seed) == KEPT_RUN else [],
         )
+        # A finished run needs no resumption: its checkpoints would fill the disk (7 GB each).
+        folder = convergence_runs.run_dir(args, method, seed)
+        if convergence_runs.is_finished(folder, evaluate=stage == "study"):
+            freed = convergence_runs.drop_resume_checkpoints(folder / convergence_runs.CHECKPOINTS)
+            print(f"{stage} {method} seed {seed}: {freed / 1e9:.1f} GB of checkpoints deleted")
 
 
 def run_files(args: argparse.Namespace, method: str, seed: int) -> list[Path]:

@@ -412,3 +412,34 @@ def test_the_study_keeps_step_10_of_gdpo_seed_0_for_the_step_measurement(tmp_pat
         ("lr3e-06", "gdpo", 100): [],
     }
     assert plan.KEPT_STEP % plan.SAVE_STEPS == 0 and plan.KEPT_STEP <= plan.STEPS
+
+
+def test_a_finished_run_keeps_its_model_and_drops_its_resume_checkpoints(tmp_path, monkeypatch):
+    """Each Qwen checkpoint is about 7 GB: the worker deletes a run's `checkpoint-<step>`
+    folders once it is finished (evaluated), never before; the final model and the policy kept
+    for the step measurement stay."""
+    args = study.stage_args("study", tmp_path, 3e-6, 1)
+    folder = convergence_runs.run_dir(args, "gdpo", 0)
+    checkpoints = folder / convergence_runs.CHECKPOINTS
+    evaluated = []
+
+    def fake_train_run(*arguments, **keywords):
+        for name in ("checkpoint-10", "checkpoint-20", "policy-step10"):
+            (checkpoints / name).mkdir(parents=True, exist_ok=True)
+            (checkpoints / name / "model.safetensors").write_bytes(b"w" * 1000)
+        (checkpoints / "model.safetensors").write_bytes(b"final")
+        if evaluated:  # the second call: the run is finished
+            (folder / convergence_runs.EVAL_FILE).write_text("{}")
+
+    monkeypatch.setattr(convergence_runs, "train_run", fake_train_run)
+    study.worker(tmp_path, "study", "gdpo", 0, 3e-6, 1)  # interrupted before its evaluation
+    assert sorted(p.name for p in checkpoints.iterdir()) == [
+        "checkpoint-10", "checkpoint-20", "model.safetensors", "policy-step10", "run.lock"
+    ]  # fmt: skip
+    evaluated.append(True)
+    study.worker(tmp_path, "study", "gdpo", 0, 3e-6, 1)
+    assert sorted(p.name for p in checkpoints.iterdir()) == [
+        "model.safetensors", "policy-step10", "run.lock"
+    ]  # fmt: skip
+    assert (checkpoints / "policy-step10" / "model.safetensors").read_bytes() == b"w" * 1000
+    assert convergence_runs.drop_resume_checkpoints(checkpoints) == 0
