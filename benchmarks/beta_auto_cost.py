@@ -2,7 +2,8 @@
 
 One process, the embedded SmolLM2-135M-Instruct (or `--model`, e.g. the powered study's cold
 start, where the rewards vary and the probes have something to measure), the bundled
-tool-calling task, 2 prompts x 4 completions per micro-batch, 2 micro-batches a step (so a
+tool-calling task (or `--task`: Qwen2.5-Coder-0.5B as installed on `sql`, where its rewards vary
+untrained), 2 prompts x 4 completions per micro-batch, 2 micro-batches a step (so a
 probe has pairs inside its step), `--max_completion_length` new tokens (default 96, the
 powered study's: at 32 every completion of the cold start is cut before its call closes, every
 reward is 0 and the probes have nothing to run). Three trainers from the same seed, one after
@@ -16,12 +17,18 @@ Per repetition, each variant's median and mean step and their ratios to the fixe
 the same repetition; reported: the median over repetitions of each ratio. The mean is what a
 run pays (probed steps are 1 in 4 at the default, so the median is a step that did not probe);
 the issue's target is a mean step at most 1.3x the fixed beta's. Other jobs share the CPU:
-ratios only. `--output` gets every step's time, each probe's seconds (0 where every
-advantage of the probed micro-batches was 0 and nothing ran), the ratios and the machine.
+ratios only. Each trainer's peak resident memory is read from the kernel (`VmHWM`, reset before
+each trainer through `/proc/self/clear_refs`; None where the kernel does not allow it): the
+issue's other target, Qwen's trainer under 20 GB. `--output` gets every step's time, each
+probe's seconds (0 where every advantage of the probed micro-batches was 0 and nothing ran),
+the peaks, the ratios and the machine.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --steps 8 --repetitions 3 \
         --model benchmarks/results/beta-auto-training/tool_calling/cold_start/checkpoints \
         --output benchmarks/results/beta-auto-cost/smollm2-cold-start.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --steps 8 --repetitions 3 \
+        --model qwen2.5-coder-0.5b-instruct --task sql --max_completion_length 128 \
+        --output benchmarks/results/beta-auto-cost/qwen-sql.json     # the machine to itself
 """
 
 from __future__ import annotations
@@ -48,6 +55,30 @@ FIXED = "fixed 0.5"
 PROBE_SECONDS = "mrtpo/beta_auto/probe_seconds"
 
 
+def reset_peak_resident() -> bool:
+    """Reset this process's peak resident set size (Linux: "5" into /proc/self/clear_refs);
+    False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_resident_gb() -> float | None:
+    """This process's peak resident set size since its start or the last reset (`VmHWM`), in
+    GB (1e9 bytes); None where /proc is not there."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return None
+
+
 class StepTimer(TrainerCallback):
     def __init__(self) -> None:
         self.seconds: list[float] = []
@@ -61,15 +92,17 @@ class StepTimer(TrainerCallback):
 
 def run(
     settings: dict, args: argparse.Namespace, output_dir: str
-) -> tuple[list[float], list[float]]:
-    """One trainer of a variant for `--steps` steps: each optimizer step's seconds and each
-    probe's (logged as `mrtpo/beta_auto/probe_seconds`; none for the fixed beta)."""
+) -> tuple[list[float], list[float], float | None]:
+    """One trainer of a variant for `--steps` steps: each optimizer step's seconds, each
+    probe's (logged as `mrtpo/beta_auto/probe_seconds`; none for the fixed beta) and the peak
+    resident GB from loading the model to the end (None where it cannot be read alone)."""
     from mrtpo import tasks
     from mrtpo.models import load_model
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
+    alone = reset_peak_resident()
     model, tokenizer = load_model(args.model)
-    task = tasks.get("tool_calling")
+    task = tasks.get(args.task)
     config = MRTPOConfig(
         output_dir=output_dir,
         per_device_train_batch_size=8,
@@ -98,7 +131,7 @@ def run(
     )
     trainer.train()
     probes = [log[PROBE_SECONDS] for log in trainer.state.log_history if PROBE_SECONDS in log]
-    return timer.seconds, probes
+    return timer.seconds, probes, peak_resident_gb() if alone else None
 
 
 def ratios(repetitions: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:
@@ -118,6 +151,7 @@ def ratios(repetitions: list[dict[str, list[float]]]) -> dict[str, dict[str, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--task", default="tool_calling", choices=["tool_calling", "sql"])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--max_completion_length", type=int, default=96)
@@ -127,24 +161,28 @@ def main() -> None:
     started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
     repetitions: list[dict[str, list[float]]] = []
     probes: list[dict[str, list[float]]] = []
+    peaks: list[dict[str, float | None]] = []
     names = list(VARIANTS)
     for repetition in range(args.repetitions):
         order = names[repetition % len(names) :] + names[: repetition % len(names)]
-        times, probed = {}, {}
+        times, probed, peak = {}, {}, {}
         for name in order:
             with TemporaryDirectory() as output_dir:
-                times[name], probed[name] = run(VARIANTS[name], args, output_dir)
-            print(f"repetition {repetition}, {name}: {', '.join(f'{s:.1f}' for s in times[name])} s; probes {', '.join(f'{s:.1f}' for s in probed[name])} s", flush=True)  # fmt: skip
+                times[name], probed[name], peak[name] = run(VARIANTS[name], args, output_dir)
+            print(f"repetition {repetition}, {name}: {', '.join(f'{s:.1f}' for s in times[name])} s; probes {', '.join(f'{s:.1f}' for s in probed[name])} s; peak {peak[name]} GB", flush=True)  # fmt: skip
         repetitions.append(times)
         probes.append(probed)
+        peaks.append(peak)
     summary = ratios(repetitions)
     for name, ratio in summary.items():
-        print(f"{name:24s} median x{ratio['median']:.2f}  mean x{ratio['mean']:.2f}")
+        largest = max((p[name] for p in peaks if p[name] is not None), default=None)
+        print(f"{name:24s} median x{ratio['median']:.2f}  mean x{ratio['mean']:.2f}  peak {largest} GB")  # fmt: skip
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         result: dict[str, Any] = {
             "command": " ".join(["python", "benchmarks/beta_auto_cost.py", *sys.argv[1:]]),
             "model": args.model,
+            "task": args.task,
             "steps": args.steps,
             "started_at": started,
             "load_average_at_start": list(load),
@@ -153,6 +191,7 @@ def main() -> None:
             "max_completion_length": args.max_completion_length,
             "seconds": repetitions,
             "probe_seconds": probes,
+            "peak_resident_gb": peaks,
             "ratio_to_fixed": summary,
         }
         args.output.write_text(json.dumps(result, indent=1) + "\n")

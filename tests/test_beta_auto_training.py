@@ -280,6 +280,24 @@ def test_the_cost_ratios_are_medians_over_repetitions_of_paired_ratios():
     assert ratios[fixed] == {"median": 1.0, "mean": 1.0}
 
 
+def test_the_peak_resident_memory_is_reset_before_each_trainer():
+    """The kernel's peak (VmHWM) follows a large allocation and drops back after a reset, so a
+    variant's peak is its own, not the largest of the ones before it."""
+    import beta_auto_cost
+    import torch
+
+    if not beta_auto_cost.reset_peak_resident():
+        pytest.skip("this kernel does not allow resetting the peak resident set size")
+    before = beta_auto_cost.peak_resident_gb()
+    block = torch.ones(100_000_000)  # 0.4 GB, touched
+    block += 1
+    grown = beta_auto_cost.peak_resident_gb()
+    assert grown - before > 0.3
+    del block
+    assert beta_auto_cost.reset_peak_resident()
+    assert beta_auto_cost.peak_resident_gb() < grown - 0.3
+
+
 def test_the_cost_benchmark_times_each_step_and_records_each_probe(tiny_model_dir, tmp_path, one_torch_thread):  # fmt: skip
     """Each variant's trainer on the tiny model: one time per optimizer step; a probe's seconds
     per probed step for auto (every 4 steps: steps 1 and 5 of 5), none for the fixed beta."""
@@ -287,11 +305,16 @@ def test_the_cost_benchmark_times_each_step_and_records_each_probe(tiny_model_di
 
     import beta_auto_cost
 
-    args = argparse.Namespace(model=str(tiny_model_dir), steps=5, max_completion_length=4)
-    times, probes = {}, {}
+    args = argparse.Namespace(
+        model=str(tiny_model_dir), task="tool_calling", steps=5, max_completion_length=4
+    )
+    times, probes, peaks = {}, {}, {}
     for name, settings in beta_auto_cost.VARIANTS.items():
-        times[name], probes[name] = beta_auto_cost.run(settings, args, str(tmp_path / name))
+        run = beta_auto_cost.run(settings, args, str(tmp_path / name))
+        times[name], probes[name], peaks[name] = run
     assert all(len(seconds) == 5 and min(seconds) > 0 for seconds in times.values())
+    # Each trainer's own peak (reset before it): the tiny model's trainer, well under 5 GB.
+    assert all(0 < peak < 5 for peak in peaks.values()), peaks
     fixed, every_four, every_step = beta_auto_cost.VARIANTS
     assert [len(probes[name]) for name in (fixed, every_four, every_step)] == [0, 2, 5]
     assert all(seconds >= 0 for seconds in probes[every_step])
