@@ -175,6 +175,12 @@ def run_files(args: argparse.Namespace, method: str, seed: int) -> list[Path]:
     return [folder / name for name in files] + [convergence_runs.task_root(args) / convergence_runs.STUDY_FILE]  # fmt: skip
 
 
+# A failed run is resumed this many times before the stage goes on to the next run: a kill
+# from outside (the kernel's OOM killer took one beside other jobs) costs the steps since the
+# last checkpoint, not the run's place in the order.
+RETRIES = 1
+
+
 def run_stage(stage: str, results: Path, threads: int, commit: bool, argv: Sequence[str]) -> int:
     """Every pending run of the stage, one at a time, each in its own process; after each the
     report, and with `commit` the run's files and the report committed. Returns the failures."""
@@ -190,10 +196,14 @@ def run_stage(stage: str, results: Path, threads: int, commit: bool, argv: Seque
             worker_argv = ["--results", str(results), "--threads", str(threads)]
             worker_argv += ["--worker", stage, method, str(seed), repr(rate)]
             environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}  # fmt: skip
-            code = subprocess.run(
-                [sys.executable, __file__, *worker_argv], env=environment
-            ).returncode
-            print(f"{stage} {method} seed {seed}: {'done' if code == 0 else f'failed ({code})'}", flush=True)  # fmt: skip
+            for attempt in range(1 + RETRIES):
+                code = subprocess.run(
+                    [sys.executable, __file__, *worker_argv], env=environment
+                ).returncode
+                print(f"{stage} {method} seed {seed}: {'done' if code == 0 else f'failed ({code})'}", flush=True)  # fmt: skip
+                if code == 0 or attempt == RETRIES:
+                    break
+                print(f"{stage} {method} seed {seed}: resuming from its last checkpoint", flush=True)  # fmt: skip
             failed += code != 0
             report = write_report(results)
             if commit and code == 0:

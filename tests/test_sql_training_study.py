@@ -443,3 +443,23 @@ def test_a_finished_run_keeps_its_model_and_drops_its_resume_checkpoints(tmp_pat
     ]  # fmt: skip
     assert (checkpoints / "policy-step10" / "model.safetensors").read_bytes() == b"w" * 1000
     assert convergence_runs.drop_resume_checkpoints(checkpoints) == 0
+
+
+def test_a_failed_run_is_resumed_once_before_the_stage_goes_on(tmp_path, monkeypatch):
+    """The stage runs each pending run in a worker process; a worker that dies (here -9, the
+    OOM killer's signal) is started again once, then the stage goes on whatever it returns."""
+    import subprocess
+
+    calls, codes = [], iter([-9, 0, -9, -9])
+
+    def fake_run(command, env):
+        calls.append(command[command.index("--worker") + 1 : command.index("--worker") + 4])
+        return subprocess.CompletedProcess(command, next(codes))
+
+    monkeypatch.setattr(study.subprocess, "run", fake_run)
+    monkeypatch.setattr(study, "chosen_rate", lambda results: 3e-6)
+    monkeypatch.setattr(study, "write_report", lambda results: tmp_path / "README.md")
+    monkeypatch.setattr(convergence, "pending_runs", lambda args: [("gdpo", 1), ("mrtpo", 1)])
+    failed = study.run_stage("study", tmp_path, 1, False, [])
+    assert calls == [["study", "gdpo", "1"]] * 2 + [["study", "mrtpo", "1"]] * 2
+    assert failed == 1  # gdpo seed 1 resumed and finished; mrtpo seed 1 failed twice
