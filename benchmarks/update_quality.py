@@ -251,6 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add("--sample_only", action="store_true", help="sample the mini-batches, then stop")
     add(
+        "--commit",
+        action="store_true",
+        help="git-commit each mini-batch's sample and measure file (and run.json) as written, so "
+        "a measurement longer than a machine is kept resumes on another: only the reference "
+        "pass and the mini-batch under way are redone",
+    )
+    add(
         "--decide_cap",
         action="store_true",
         help="decide the second plan's cap from its pilots' samples by the plan's rule (or "
@@ -348,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory_limit_gb=args.memory_limit_gb,
         cap=cap,
         sample_only=args.sample_only,
+        commit=args.commit,
     )
     if args.memory_estimate:
         print("\n".join(memory_estimate(lane)))

@@ -475,6 +475,10 @@ class Lane:
     memory_limit_gb: float | None = None  # what the references may take (None: the machine's)
     cap: int | None = None  # the new-token cap (None: the state's, or its decided one)
     sample_only: bool = False  # sample the mini-batches, then stop (a pilot at a cap)
+    # git-commit each sample and measure file and run.json as written: a machine that is not
+    # kept loses only the reference pass (redone from the committed samples) and the batch
+    # under way, since the measure pass skips the batches whose files are in the checkout
+    commit: bool = False
 
     @property
     def folder(self) -> Path:
@@ -649,6 +653,7 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         rows = [dataset[i] for i in batch_rows(len(dataset), state.seed, lane.sample, batch)]
         write_json(sample_path(lane, batch), sample_batch(trainer, rows, seed_base + batch))
         spend("sample", started)
+        keep(lane, sample_path(lane, batch), "sample")
     if lane.sample_only:
         return
 
@@ -689,6 +694,15 @@ def run_lane(lane: Lane, poll_seconds: float = 20.0) -> None:
         )
         write_json(measure_path(lane, batch), measured)
         spend("measure", started)
+        keep(lane, measure_path(lane, batch), "measures")
+
+
+def keep(lane: Lane, path: Path, what: str) -> None:
+    """With `lane.commit`, git-commit `path` (a mini-batch's file) and the sample's run.json."""
+    if lane.commit:
+        batch = path.stem.removeprefix("batch")
+        message = f"#48: update quality, {lane.state_name} {lane.folder.name} {what} {batch}"
+        convergence_runs.commit_files([path, lane.folder / RUN_FILE], message)
 
 
 def wait_for_totals(lane: Lane, poll_seconds: float, settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -686,3 +686,63 @@ def test_run_lane_end_to_end_leaves_each_batch_out_and_resumes(tmp_path, monkeyp
     assert redone["directions"]["mrtpo"]["norm2"] == pytest.approx(
         json.loads(first)["directions"]["mrtpo"]["norm2"], rel=1e-6
     )
+
+
+def test_commit_keeps_each_batch_so_a_new_machine_redoes_only_the_reference(
+    tmp_path, monkeypatch
+):
+    """`--commit` (`Lane.commit`): every sample and measure file and run.json is committed as it
+    is written; on a machine that kept nothing but the checkout (no reference parts, the batch
+    under way lost), the rerun redoes the reference pass and that batch's measure pass only."""
+    import subprocess
+
+    from mrtpo.testing import save_tiny
+
+    def git(*argv: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *argv], capture_output=True, text=True, check=True
+        ).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / ".git" / "info" / "exclude").write_text("checkpoints/\n")  # as the repository's
+    _toy_state(monkeypatch)
+    model = save_tiny(tmp_path / "tiny", seed=3)
+    lane = uq.Lane(
+        tmp_path / "results", "toy", "pilot", batches=2, model_path=str(model), commit=True
+    )
+    uq.run_lane(lane, poll_seconds=0.01)
+    tracked = set(git("ls-files").split())
+    folder = lane.folder.relative_to(tmp_path)
+    expected = {str(folder / "run.json")}
+    expected |= {str(uq.sample_path(lane, b).relative_to(tmp_path)) for b in range(2)}
+    expected |= {str(uq.measure_path(lane, b).relative_to(tmp_path)) for b in range(2)}
+    assert tracked == expected  # the reference parts (checkpoints/) are not committed
+    assert git("status", "--porcelain").strip() == "?? tiny/"  # nothing written left out
+    messages = git("log", "--format=%s").splitlines()
+    assert messages == [
+        "#48: update quality, toy pilot measures 001",
+        "#48: update quality, toy pilot measures 000",
+        "#48: update quality, toy pilot sample 001",
+        "#48: update quality, toy pilot sample 000",
+    ]
+    spent = json.loads((lane.folder / uq.RUN_FILE).read_text())["lanes"]["0"]["cpu_seconds"]
+    kept = uq.measure_path(lane, 0).read_text()
+    first = json.loads(uq.measure_path(lane, 1).read_text())
+
+    # Another machine: the checkout as committed, less mini-batch 1's measures (under way).
+    shutil.rmtree(lane.folder / uq.CHECKPOINTS)
+    git("rm", "-q", str(uq.measure_path(lane, 1)))
+    git("commit", "-q", "-m", "lost")
+    uq.run_lane(lane, poll_seconds=0.01)
+    again = json.loads((lane.folder / uq.RUN_FILE).read_text())["lanes"]["0"]
+    assert len(again["sessions"]) == 2
+    assert again["cpu_seconds"]["sample"] == spent["sample"]  # the samples are not redrawn
+    assert again["cpu_seconds"]["reference"] > spent["reference"]  # the reference is redone
+    assert uq.measure_path(lane, 0).read_text() == kept  # a committed batch is not measured again
+    redone = json.loads(uq.measure_path(lane, 1).read_text())
+    for name, entry in first["directions"].items():
+        assert redone["directions"][name]["ref_dots"] == pytest.approx(entry["ref_dots"], rel=1e-5)
+    assert git("log", "-1", "--format=%s").strip() == "#48: update quality, toy pilot measures 001"
+    assert git("status", "--porcelain").strip() == "?? tiny/"
