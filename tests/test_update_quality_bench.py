@@ -688,9 +688,7 @@ def test_run_lane_end_to_end_leaves_each_batch_out_and_resumes(tmp_path, monkeyp
     )
 
 
-def test_commit_keeps_each_batch_so_a_new_machine_redoes_only_the_reference(
-    tmp_path, monkeypatch
-):
+def test_commit_keeps_each_batch_so_a_new_machine_redoes_only_the_reference(tmp_path, monkeypatch):
     """`--commit` (`Lane.commit`): every sample and measure file and run.json is committed as it
     is written; on a machine that kept nothing but the checkout (no reference parts, the batch
     under way lost), the rerun redoes the reference pass and that batch's measure pass only."""
