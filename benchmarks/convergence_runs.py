@@ -478,6 +478,69 @@ def keep_policy_callback(checkpoints: Path, steps: Sequence[int]) -> Any:
     return KeepPolicy()
 
 
+def stop_callback(step: int) -> Any:
+    """A `TrainerCallback` that ends training after optimizer step `step` (its save included):
+    a run stopped there took exactly the steps the whole run took up to it (the schedule and the
+    data order are the whole run's)."""
+    from transformers import TrainerCallback
+
+    class Stop(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step >= step:
+                control.should_training_stop = True
+
+    return Stop()
+
+
+# Logged values that differ between two runs of the same steps: the clock's.
+CLOCK_KEYS = ("step_time",)
+
+
+def rebuild_kept_policy(
+    args: argparse.Namespace,
+    method: str,
+    seed: int,
+    step: int,
+    scratch: Path,
+    start: str | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A run's kept policy (`keep_steps`) on a machine that did not keep it: the run trained
+    again from the start in `scratch` (its settings, stopped after `step`), each logged step up
+    to `step` compared with the run's committed metrics.jsonl (every value but the clock's),
+    the policy moved to `kept_policy_dir` of the run's checkpoints and the scratch run's
+    checkpoints deleted (its run.json and metrics.jsonl stay). Returns the rebuild's record."""
+    target = kept_policy_dir(run_dir(args, method, seed) / CHECKPOINTS, step)
+    if (target / "config.json").is_file():
+        return {"rebuilt": False, "policy_sha256": weights_digest(target)}
+    study = read_metrics(run_dir(args, method, seed) / METRICS_FILE)
+    if len(study) < step:
+        raise SystemExit(f"{run_dir(args, method, seed)}: {len(study)} logged steps, not {step}")
+    again = argparse.Namespace(**{**vars(args), "results": Path(scratch), "eval_samples": 0})
+    folder = train_run(again, method, seed, start, provenance=provenance, keep_steps=[step], stop_at=step)  # fmt: skip
+    rebuilt = read_metrics(folder / METRICS_FILE)
+    first = None
+    for mine, theirs in zip(rebuilt[:step], study[:step], strict=False):
+        for key in sorted(set(mine) | set(theirs)):
+            if key not in CLOCK_KEYS and mine.get(key) != theirs.get(key):
+                first = {"step": mine["step"], "key": key, "run": theirs.get(key), "rebuilt": mine.get(key)}  # fmt: skip
+                break
+        if first:
+            break
+    source = kept_policy_dir(folder / CHECKPOINTS, step)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source.rename(target)
+    shutil.rmtree(folder / CHECKPOINTS)  # the scratch run's model and checkpoints: copies
+    return {
+        "rebuilt": True,
+        "steps_logged": len(rebuilt),
+        "identical_steps": step if first is None and len(rebuilt) >= step else None,
+        "first_difference": first,
+        "policy_sha256": weights_digest(target),
+        "train_seconds": _read_json(folder / RUN_FILE)["train_seconds"],
+    }
+
+
 def train_run(
     args: argparse.Namespace,
     method: str,
@@ -486,6 +549,7 @@ def train_run(
     evaluate: Callable[[argparse.Namespace, Path, int], dict[str, Any]] | None = None,
     provenance: Mapping[str, Any] | None = None,
     keep_steps: Sequence[int] = (),
+    stop_at: int | None = None,
 ) -> Path:
     """Train one run to its last step (resuming from its last checkpoint), then evaluate it.
 
@@ -493,7 +557,8 @@ def train_run(
     start, on the study's rows); evaluate(args, model folder, seed): the final evaluation
     (default `evaluate_policy`); provenance: more that each start of training records in
     run.json (e.g. the commit of the code); keep_steps: steps whose policy is kept (in
-    `kept_policy_dir`) for a later measurement, each a multiple of `--save_steps`."""
+    `kept_policy_dir`) for a later measurement, each a multiple of `--save_steps`; stop_at:
+    end training after this step (`rebuild_kept_policy`)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     from mrtpo.models import resolve_model_path
@@ -557,7 +622,10 @@ def train_run(
                 str(cold_start_dir(args)) if start is None else start,
                 config,
                 data=str(task_root(args) / "data" / "train.jsonl") if start is None else None,
-                callbacks=[keep_policy_callback(checkpoints, keep_steps)] if keep_steps else (),
+                callbacks=[
+                    *([keep_policy_callback(checkpoints, keep_steps)] if keep_steps else []),
+                    *([stop_callback(stop_at)] if stop_at else []),
+                ],
             )
         finally:
             record["train_seconds"] += time.perf_counter() - started

@@ -74,6 +74,7 @@ from sql_training_study_plan import (  # noqa: E402  (the design, one place)
     study_results,
 )
 from sql_training_study_report import write_report  # noqa: E402
+from sql_training_study_step import step_results  # noqa: E402
 
 # ----------------------------------------------------------------------------- the runs
 
@@ -175,6 +176,29 @@ def run_files(args: argparse.Namespace, method: str, seed: int) -> list[Path]:
     return [folder / name for name in files] + [convergence_runs.task_root(args) / convergence_runs.STUDY_FILE]  # fmt: skip
 
 
+REBUILD_FILE = "rebuild.json"  # in step_results: how item 2's policy came to this machine
+
+
+def rebuild_kept_policy(results: Path, threads: int) -> dict[str, Any]:
+    """Item 2's policy where this machine lacks it (machines are not kept between sessions):
+    gdpo seed 0 trained again to step 10 with the study's settings (`convergence_runs.
+    rebuild_kept_policy`: its logged steps compared with the committed run's), its record in
+    `step-at-10/rebuild.json`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    args = stage_args("study", results, chosen_rate(results), threads)
+    method, seed = KEPT_RUN
+    scratch = step_results(results) / "rebuild"
+    record = convergence_runs.rebuild_kept_policy(
+        args, method, seed, KEPT_STEP, scratch, start=MODEL, provenance=update_quality.engine()
+    )
+    if record["rebuilt"]:
+        record = {"run": f"{method} seed {seed}", "step": KEPT_STEP, "threads": threads, **record}
+        convergence_runs._write_json(step_results(results) / REBUILD_FILE, record)
+    return record
+
+
 # A failed run is resumed this many times before the stage goes on to the next run: a kill
 # from outside (the kernel's OOM killer took one beside other jobs) costs the steps since the
 # last checkpoint, not the run's place in the order.
@@ -225,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     stage.add_argument("--pilot", action="store_true", help="the learning-rate pilot")
     stage.add_argument("--study", action="store_true", help="the study, at the pilot's rate")
     stage.add_argument("--report", action="store_true", help="only regenerate the report")
+    stage.add_argument(
+        "--rebuild_kept_policy",
+        action="store_true",
+        help="item 2's policy (gdpo seed 0 after 10 steps) trained again where this machine "
+        "lacks it, checked against the committed run's logged steps",
+    )
     stage.add_argument("--worker", nargs=4, metavar=("STAGE", "ARM", "SEED", "RATE"), help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args(argv)
     if args.threads < 1:
@@ -239,6 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.report:
         print(f"wrote {write_report(args.results)}")
+        return 0
+    if args.rebuild_kept_policy:
+        print(json.dumps(rebuild_kept_policy(args.results, args.threads), indent=1))
         return 0
     failed = run_stage("pilot" if args.pilot else "study", args.results, args.threads, args.commit, argv)  # fmt: skip
     print(f"{failed} run(s) failed" if failed else "all runs of the stage finished")

@@ -5,8 +5,10 @@ stored README, and a run end to end on the tiny model (killed, resumed, evaluate
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -412,6 +414,50 @@ def test_the_study_keeps_step_10_of_gdpo_seed_0_for_the_step_measurement(tmp_pat
         ("lr3e-06", "gdpo", 100): [],
     }
     assert plan.KEPT_STEP % plan.SAVE_STEPS == 0 and plan.KEPT_STEP <= plan.STEPS
+
+
+def test_a_kept_policy_is_rebuilt_to_the_bit_and_a_different_run_is_named(
+    tmp_path, tiny_model_dir, one_torch_thread
+):
+    """A machine that did not keep gdpo seed 0's step policy trains the run again, stopped at
+    that step: the same logged steps and the same weights as the policy the run kept; a logged
+    value that differs from the committed run's is named (step, key, both values)."""
+    argv = study.stage_argv("study", tmp_path / "study", 1e-5, 1)
+    argv += ["--steps", "4", "--save_steps", "2", "--prompts", "2", "--generations", "2"]
+    argv += ["--micro_batch", "2", "--max_completion_length", "8", "--eval_samples", "0"]
+    args = convergence_runs.parse_args(argv)
+    folder = convergence_runs.train_run(args, "gdpo", 0, start=str(tiny_model_dir), keep_steps=[2])
+    kept = convergence_runs.kept_policy_dir(folder / "checkpoints", 2)
+    digest = convergence_runs.weights_digest(kept)
+    assert len(convergence_runs.read_metrics(folder / "metrics.jsonl")) == 4
+    shutil.rmtree(folder / "checkpoints")  # a new machine: only the committed files
+
+    record = convergence_runs.rebuild_kept_policy(
+        args, "gdpo", 0, 2, tmp_path / "scratch", start=str(tiny_model_dir)
+    )
+    assert record["rebuilt"] and record["steps_logged"] == 2  # stopped after the kept step
+    assert record["identical_steps"] == 2 and record["first_difference"] is None
+    assert record["policy_sha256"] == digest == convergence_runs.weights_digest(kept)
+    scratch = convergence_runs.run_dir(argparse.Namespace(results=tmp_path / "scratch", task="sql"), "gdpo", 0)  # fmt: skip
+    assert not (scratch / "checkpoints").exists() and (scratch / "metrics.jsonl").is_file()
+    again = convergence_runs.rebuild_kept_policy(args, "gdpo", 0, 2, tmp_path / "other")
+    assert again == {"rebuilt": False, "policy_sha256": digest}  # present: nothing to do
+
+    # The committed run logged another loss at step 2: the rebuild says where it differs.
+    shutil.rmtree(kept)
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    loss = next(r for r in rows if r.get("step") == 2 and "loss" in r)
+    loss["loss"] += 1.0
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    record = convergence_runs.rebuild_kept_policy(
+        args, "gdpo", 0, 2, tmp_path / "third", start=str(tiny_model_dir)
+    )
+    assert record["identical_steps"] is None
+    assert record["first_difference"] == {
+        "step": 2, "key": "loss", "run": loss["loss"], "rebuilt": loss["loss"] - 1.0
+    }  # fmt: skip
+    assert record["policy_sha256"] == digest  # the weights are the run's all the same
 
 
 def test_a_finished_run_keeps_its_model_and_drops_its_resume_checkpoints(tmp_path, monkeypatch):
