@@ -195,7 +195,26 @@ def provenance(results: Path) -> str:
     return (
         f"Policy sha256 `{(run.get('policy_sha256') or 'not recorded')[:16]}`; CPU s sample / "
         f"reference / measure {spent} ({cost['total_cpu_seconds'] / 3600:.2f} CPU-hours); peak "
-        f"RSS {peak:.1f} GB; commit(s) {', '.join(commits)}."
+        f"RSS {peak:.1f} GB; commit(s) {', '.join(commits)}.{rebuilt(results)}"
+    )
+
+
+def rebuilt(results: Path) -> str:
+    """How the policy came to the measuring machine where it was trained again
+    (`sql_training_study.py --rebuild_kept_policy`, its record `rebuild.json`), else ""."""
+    record = read_json(step_results(results) / "rebuild.json")
+    if not record:
+        return ""
+    said = f" The policy was trained again on the measuring machine ({record['run']}, stopped after step {record['step']}, {record['threads']} thread(s)):"  # fmt: skip
+    first = record.get("first_difference")
+    if first is None and record.get("identical_steps") == record["step"]:
+        return f"{said} every value its steps 1-{record['step']} logged equals the study run's (the step time aside)."  # fmt: skip
+    if first is None:
+        return f"{said} it logged {record['steps_logged']} of {record['step']} steps."
+    return (
+        f"{said} it is not the study run's policy: its logged values first differ at step "
+        f"{first['step']} ({first['key']}: {first['run']!r} in the study run, {first['rebuilt']!r} "
+        "rebuilt), so the measurement is of a GDPO policy after 10 steps of the same data."
     )
 
 

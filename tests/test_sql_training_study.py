@@ -460,6 +460,28 @@ def test_a_kept_policy_is_rebuilt_to_the_bit_and_a_different_run_is_named(
     assert record["policy_sha256"] == digest  # the weights are the run's all the same
 
 
+def test_the_report_says_how_the_measured_policy_was_rebuilt(tmp_path):
+    """Item 2's provenance line names a rebuild (`rebuild.json`): the same steps as the study
+    run's, or the first logged value that differs (then it is another GDPO policy)."""
+    import sql_training_study_step as step
+
+    assert step.rebuilt(tmp_path) == ""  # no rebuild: the study's own kept policy
+    record = {"run": "gdpo seed 0", "step": 10, "threads": 1, "rebuilt": True, "steps_logged": 10}
+    where = step.step_results(tmp_path) / study.REBUILD_FILE
+    where.parent.mkdir(parents=True)
+    where.write_text(json.dumps({**record, "identical_steps": 10, "first_difference": None}))
+    assert step.rebuilt(tmp_path) == (
+        " The policy was trained again on the measuring machine (gdpo seed 0, stopped after step"
+        " 10, 1 thread(s)): every value its steps 1-10 logged equals the study run's (the step"
+        " time aside)."
+    )
+    first = {"step": 3, "key": "loss", "run": 0.25, "rebuilt": 0.5}
+    where.write_text(json.dumps({**record, "identical_steps": None, "first_difference": first}))
+    assert "first differ at step 3 (loss: 0.25 in the study run, 0.5 rebuilt)" in step.rebuilt(
+        tmp_path
+    )
+
+
 def test_a_finished_run_keeps_its_model_and_drops_its_resume_checkpoints(tmp_path, monkeypatch):
     """Each Qwen checkpoint is about 7 GB: the worker deletes a run's `checkpoint-<step>`
     folders once it is finished (evaluated), never before; the final model and the policy kept
