@@ -424,7 +424,7 @@ def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
     probed_step, monkeypatch, position, zero
 ):
     """A micro-batch whose U_t, R_t or P_i are all 0 (tied groups; rewards that cancel in the
-    sum): the probe's sums and reference change exactly as the forward and all four backward
+    sum): the probe's sums and reference change exactly as the forward and all three backward
     passes change them, and the skipped ones do not run (nothing at all without advantages)."""
     trainer = probed_step
     inputs, uniform, reallocation, summed, _ = trainer.probes[1]
@@ -438,7 +438,7 @@ def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
     def probe(shortcut: bool):
         trainer._auto_reference = {i: ref.clone() for i, ref in saved.items()}
         trainer._auto_sums = base.clone()
-        if not shortcut:  # the forward and all four backward passes, whatever the advantages
+        if not shortcut:  # the forward and all three backward passes, whatever the advantages
             monkeypatch.setattr(mrtpo.trainer_beta_auto, "probe_passes", lambda *a: PASSES)
         calls = {"forward": 0, "backward": 0}
         original = trainer._get_per_token_logps_and_entropies
@@ -461,7 +461,7 @@ def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
 
     fast_sums, fast_reference, fast_calls = probe(shortcut=True)
     slow_sums, slow_reference, slow_calls = probe(shortcut=False)
-    assert slow_calls == {"forward": 1, "backward": 4}
+    assert slow_calls == {"forward": 1, "backward": 3}
     ran = mrtpo.trainer_beta_auto.probe_passes(True, *given.values())
     assert fast_calls == {"forward": int(bool(ran)), "backward": len(ran)}
     if len(zero) == 3:

@@ -90,7 +90,7 @@ class MRTPOConfig(GRPOConfig):
         default=4,
         metadata={
             "help": "mrtpo_beta='auto' only: probe the gradients' agreement every N optimizer "
-            "steps (one more forward and four backward passes per micro-batch of a probed step)."
+            "steps (one more forward and three backward passes per micro-batch of a probed step)."
         },
     )
     mrtpo_beta_window: int = field(

@@ -13,19 +13,21 @@ one is Du et al., "Adapting Auxiliary Losses Using Gradient Similarity"; this ru
 project's, not the MRTPO paper's (docs/METHOD.md, "beta from the step's own evidence").
 
 On a probed step (every `mrtpo_beta_probe_every` optimizer steps) each micro-batch m, after its
-own training backward, runs one more forward (the loss's, with gradients) and up to four
+own training backward, runs one more forward (the loss's, with gradients) and up to three
 backward passes, of -sum(X_t logp_t) over its trained tokens divided by their number for X =
-R, U, U + R and P, on the unwrapped model (no DDP reduction) with the training gradients set
-aside and restored. P_t = P_i on each trained token of row i is the summed reward's advantage,
+R, U and P, on the unwrapped model (no DDP reduction) with the training gradients set aside
+and restored. P_t = P_i on each trained token of row i is the summed reward's advantage,
 s_i minus the mean s_j of the other rows of i's group (s: the rewards weighted by c_k and summed,
 `summed_reward_advantages`), so g_P estimates the policy gradient of the summed reward. The
 reference G is the sum of g_P over the micro-batches already probed: this step's earlier ones,
 and for the first micro-batch of a step the previous probed step's (so with one micro-batch a
 step, the previous probe's g_P). Against G before m's own g_P joins it, the passes give
-<g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, the cross term <g_U, g_R> (from |g_U + g_R|^2) and |G|^2:
-m is compared with gradients of other samples only. Each parameter's gradient is consumed by a
-hook as soon as it is accumulated, so the only full-size buffer is G (at a step's first
-micro-batch the old G is released before the new one is built). A pass whose advantages are
+<g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, the cross term <g_U, g_R> and |G|^2: m is compared with
+gradients of other samples only. Each parameter's gradient is consumed by a hook as soon as it
+is accumulated; g_R's is kept until U's pass reaches that parameter (the cross term, taken
+directly: a fourth pass, of U + R, would cost more than the buffer), so the full-size buffers
+are G and, during a micro-batch's probe, g_R (at a step's first micro-batch the old G is
+released before the new one is built). A pass whose advantages are
 all 0 is skipped (`probe_passes`): it would add 0 to every sum, or nothing to G.
 
 At the step's end the six sums are summed over processes and the probe's agreement is
@@ -76,14 +78,13 @@ SUMS = (
     "reference_sq",
 )
 _SLOT = {name: i for i, name in enumerate(SUMS)}
-_BOTH_SQ = len(SUMS)  # a micro-batch's |g_U + g_R|^2, turned into the cross term
 # The probe's backward passes, in their order: each one's advantages and the sums its gradient
-# adds to (dot with G, squared norm); "summed" (P) adds to G instead.
-PASSES = ("reallocation", "uniform", "both", "summed")
+# adds to (dot with G, squared norm); "uniform" also adds its dot with the kept g_R (the cross
+# term); "summed" (P) adds to G instead.
+PASSES = ("reallocation", "uniform", "summed")
 _MEASURED = {
     "reallocation": (_SLOT["reallocation_dot"], _SLOT["reallocation_sq"]),
     "uniform": (_SLOT["uniform_dot"], _SLOT["uniform_sq"]),
-    "both": (None, _BOTH_SQ),
 }
 
 logger = logging.getLogger("mrtpo.trainer")
@@ -118,19 +119,15 @@ def probe_passes(
     paired: whether there is a reference to compare with (without one only P's pass can matter:
     it starts the reference). uniform, reallocation: (B, T) U_t and R_t; summed: (B,) P_i. A pass
     whose advantages are all 0 is left out: its gradient is 0, so it would add 0 to its dot and
-    norm, or nothing to the reference; "both" (for the cross term) only where U and R are both
-    non-zero (else the cross term is 0). Empty: no forward either (every advantage 0, common on
-    a small model early on, where every group's rewards are equal).
+    norm (and to the cross term), or nothing to the reference. Empty: no forward either (every
+    advantage 0, common on a small model early on, where every group's rewards are equal).
     """
     passes = []
     if paired:
-        moved, uniform_any = bool(reallocation.any()), bool(uniform.any())
-        if moved:
+        if bool(reallocation.any()):
             passes.append("reallocation")
-        if uniform_any:
+        if bool(uniform.any()):
             passes.append("uniform")
-        if moved and uniform_any:
-            passes.append("both")
     if bool(summed.any()):
         passes.append("summed")
     return tuple(passes)
@@ -275,7 +272,7 @@ class AutoBetaMixin:
         """
         paired = self._auto_reference is not None
         replace = not paired or self._position_in_step[1] == 0
-        sums = torch.zeros(len(SUMS) + 1, dtype=torch.float64, device=self._auto_sums.device)
+        sums = torch.zeros(len(SUMS), dtype=torch.float64, device=self._auto_sums.device)
         if paired:  # |G|^2, whole (a parameter with no gradient here pairs a 0)
             sums[_SLOT["reference_sq"]] = sum(
                 torch.dot(ref.flatten(), ref.flatten()).double()
@@ -286,17 +283,13 @@ class AutoBetaMixin:
             advantages_of = {
                 "reallocation": reallocation,
                 "uniform": uniform,
-                "both": uniform + reallocation,
                 "summed": summed.unsqueeze(1).expand_as(uniform),
             }
             self._backward_passes(inputs, [(p, advantages_of[p]) for p in passes], sums, replace)
         if replace and "summed" not in passes:
             self._auto_reference = {}  # this micro-batch's g_P, all zeros, replaces G
         if paired:
-            if "both" in passes:  # else U or R is 0 here, and so is the cross term
-                both = sums[_BOTH_SQ] - sums[_SLOT["uniform_sq"]] - sums[_SLOT["reallocation_sq"]]
-                sums[_SLOT["cross"]] = both / 2
-            self._auto_sums += sums[: len(SUMS)]
+            self._auto_sums += sums
 
     def _backward_passes(
         self,
@@ -308,7 +301,8 @@ class AutoBetaMixin:
         """One forward of the micro-batch and a backward pass of -sum(X_t logp_t) / trained
         tokens for each (name, X (B, T)) of `passes`, consumed parameter by parameter: a
         measured pass adds its gradient's dot with the reference and squared norm to `sums`
-        (`_MEASURED`), "summed" adds its gradient to the reference (a new one where `replace`).
+        (`_MEASURED`), and "uniform" its dot with "reallocation"'s gradient, kept for it (the
+        cross term); "summed" adds its gradient to the reference (a new one where `replace`).
         """
         model = self.accelerator.unwrap_model(self.model)  # no DDP hook: local gradients
         params = [p for p in model.parameters() if p.requires_grad]
@@ -328,15 +322,29 @@ class AutoBetaMixin:
             )
         weighted = logps * mask / mask.sum().clamp(min=1)
         reference = self._auto_reference
+        names = [name for name, _ in passes]
+        # g_R, parameter by parameter, until U's pass takes its dot (only where both run)
+        kept_reallocation: dict[int, torch.Tensor] | None = (
+            {} if "reallocation" in names and "uniform" in names else None
+        )
 
-        def measure(dot: int | None, norm: int):
+        def measure(name: str):
+            dot, norm = _MEASURED[name]
+
             def hook(param: torch.Tensor) -> None:
+                i = index[id(param)]
                 grad = param.grad.flatten()
                 sums[norm] += torch.dot(grad, grad).double()
-                ref = None if dot is None or reference is None else reference.get(index[id(param)])
+                ref = None if reference is None else reference.get(i)
                 if ref is not None:  # a parameter the reference has no gradient for: 0 there
                     sums[dot] += torch.dot(grad, ref.to(grad.dtype).flatten()).double()
-                param.grad = None  # consumed: at most one parameter's gradient lives at a time
+                if kept_reallocation is not None:
+                    if name == "reallocation":
+                        kept_reallocation[i] = grad  # the tensor itself: no copy
+                    elif i in kept_reallocation:  # "uniform": the cross term, then released
+                        other = kept_reallocation.pop(i)
+                        sums[_SLOT["cross"]] += torch.dot(grad, other).double()
+                param.grad = None  # consumed: only g_R's kept gradients outlive their pass
 
             return hook
 
@@ -359,7 +367,7 @@ class AutoBetaMixin:
                         reference = self._auto_reference = None
                     hook = accumulate
                 else:
-                    hook = measure(*_MEASURED[name])
+                    hook = measure(name)
                 loss = -(values.to(logps.dtype) * weighted).sum()
                 handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
                 try:
