@@ -23,10 +23,20 @@ issue's other target, Qwen's trainer under 20 GB. `--output` gets every step's t
 probe's seconds (0 where every advantage of the probed micro-batches was 0 and nothing ran),
 the peaks, the ratios and the machine.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --steps 8 --repetitions 3 \
+The trainer probing every step also gives the probe's share in the same steps: each step's
+time less its probe's is a step without the probe, so the mean step of a long run probing
+every k steps over a fixed beta's is 1 + probe / (k x rest) (`steady_state`, for k in
+`PERIODS`; the run's first step, whose probe has no reference, left out). That variant alone
+(`--variants every`) is the cheapest measurement of the target, and the only one that fits a
+session: a SmolLM2 step at 96 tokens took about 350 s beside a Qwen run, so the three variants
+x 8 steps x 3 repetitions would take about 7 hours.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --variants every \
+        --steps 5 --repetitions 2 \
         --model benchmarks/results/beta-auto-training/tool_calling/cold_start/checkpoints \
         --output benchmarks/results/beta-auto-cost/smollm2-cold-start.json
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --steps 8 --repetitions 3 \
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --variants every \
+        --steps 5 --repetitions 2 \
         --model qwen2.5-coder-0.5b-instruct --task sql --max_completion_length 128 \
         --output benchmarks/results/beta-auto-cost/qwen-sql.json     # the machine to itself
 """
@@ -52,6 +62,10 @@ VARIANTS = {
     "auto (probe every step)": dict(mrtpo_beta="auto", mrtpo_beta_probe_every=1),
 }
 FIXED = "fixed 0.5"
+EVERY_STEP = "auto (probe every step)"
+# --variants' short names
+SHORT = dict(zip(("fixed", "auto", "every"), VARIANTS, strict=True))
+PERIODS = (1, 2, 4, 8)  # the probe periods the steady state is given for
 PROBE_SECONDS = "mrtpo/beta_auto/probe_seconds"
 
 
@@ -148,6 +162,22 @@ def ratios(repetitions: list[dict[str, list[float]]]) -> dict[str, dict[str, flo
     return out
 
 
+def steady_state(
+    seconds: list[float], probes: list[float], periods: tuple[int, ...] = PERIODS
+) -> dict[str, float]:
+    """A long run's mean step over a fixed beta's, probing every k steps, from one trainer that
+    probed every step: each step's time less its probe's is the step without the probe (an
+    auto step at beta 0 replays and trains as a fixed beta's does), so the probe's share is
+    measured in the same steps, side by side. The run's first step is left out (its probe has
+    no reference yet and runs P's pass only). seconds, probes: per step. Returns
+    {"every <k>": 1 + probe / (k x rest)} over the other steps' sums."""
+    if len(seconds) != len(probes) or len(seconds) < 2:
+        raise ValueError(f"need a probe per step and at least 2 steps, got {len(seconds)} steps and {len(probes)} probes")  # fmt: skip
+    probe = sum(probes[1:])
+    rest = sum(step - spent for step, spent in zip(seconds[1:], probes[1:], strict=True))
+    return {f"every {k}": 1 + probe / (k * rest) for k in periods}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -156,13 +186,21 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--max_completion_length", type=int, default=96)
     parser.add_argument("--output", type=Path, help="a JSON file for every step's time")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(SHORT),
+        default=list(SHORT),
+        help="which trainers (fixed 0.5, auto at the default period, auto probing every step); "
+        "'every' alone gives the steady state at each period (`steady_state`) in the least time",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
     repetitions: list[dict[str, list[float]]] = []
     probes: list[dict[str, list[float]]] = []
     peaks: list[dict[str, float | None]] = []
-    names = list(VARIANTS)
+    names = [SHORT[short] for short in args.variants]
     for repetition in range(args.repetitions):
         order = names[repetition % len(names) :] + names[: repetition % len(names)]
         times, probed, peak = {}, {}, {}
@@ -173,10 +211,17 @@ def main() -> None:
         repetitions.append(times)
         probes.append(probed)
         peaks.append(peak)
-    summary = ratios(repetitions)
+    summary = ratios(repetitions) if FIXED in names else {}
     for name, ratio in summary.items():
         largest = max((p[name] for p in peaks if p[name] is not None), default=None)
         print(f"{name:24s} median x{ratio['median']:.2f}  mean x{ratio['mean']:.2f}  peak {largest} GB")  # fmt: skip
+    steady = {}
+    if EVERY_STEP in names:  # the median over repetitions of each period's steady state
+        each = [steady_state(t[EVERY_STEP], p[EVERY_STEP]) for t, p in zip(repetitions, probes, strict=True)]  # fmt: skip
+        steady = {period: statistics.median(s[period] for s in each) for period in each[0]}
+        print("steady state over a fixed beta's step (probe every k):", ", ".join(f"{k} x{v:.3f}" for k, v in steady.items()))  # fmt: skip
+    largest = max((p[n] for p in peaks for n in names if p[n] is not None), default=None)
+    print(f"largest peak resident: {largest} GB")
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         result: dict[str, Any] = {
@@ -193,6 +238,7 @@ def main() -> None:
             "probe_seconds": probes,
             "peak_resident_gb": peaks,
             "ratio_to_fixed": summary,
+            "steady_state_to_fixed": steady,
         }
         args.output.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -280,6 +280,17 @@ def test_the_cost_ratios_are_medians_over_repetitions_of_paired_ratios():
     assert ratios[fixed] == {"median": 1.0, "mean": 1.0}
 
 
+def test_the_steady_state_by_hand():
+    """Probing every step: steps of 10, 12, 8 s whose probes took 4, 4, 2 s (the first step,
+    probe 1 s, left out): probe 10 s over 20 s of the rest, so every k steps 1 + 0.5 / k."""
+    import beta_auto_cost
+
+    steady = beta_auto_cost.steady_state([5.0, 10.0, 12.0, 8.0], [1.0, 4.0, 4.0, 2.0])
+    assert steady == {"every 1": 1.5, "every 2": 1.25, "every 4": 1.125, "every 8": 1.0625}
+    with pytest.raises(ValueError, match="a probe per step"):
+        beta_auto_cost.steady_state([5.0, 10.0], [1.0])
+
+
 def test_the_peak_resident_memory_is_reset_before_each_trainer():
     """The kernel's peak (VmHWM) follows a large allocation and drops back after a reset, so a
     variant's peak is its own, not the largest of the ones before it."""
@@ -318,3 +329,25 @@ def test_the_cost_benchmark_times_each_step_and_records_each_probe(tiny_model_di
     fixed, every_four, every_step = beta_auto_cost.VARIANTS
     assert [len(probes[name]) for name in (fixed, every_four, every_step)] == [0, 2, 5]
     assert all(seconds >= 0 for seconds in probes[every_step])
+
+
+def test_the_cost_benchmark_with_the_every_step_trainer_alone(tiny_model_dir, tmp_path, monkeypatch, one_torch_thread):  # fmt: skip
+    """`--variants every`: one trainer per repetition, no ratio to a fixed beta's trainer, the
+    steady state at each period from its own steps (equal to `steady_state` of the stored
+    times), its peak recorded."""
+    import beta_auto_cost
+
+    output = tmp_path / "cost.json"
+    argv = ["beta_auto_cost.py", "--model", str(tiny_model_dir), "--steps", "3"]
+    argv += ["--repetitions", "1", "--max_completion_length", "4", "--variants", "every"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--output", str(output)])
+    beta_auto_cost.main()
+    result = json.loads(output.read_text())
+    every = beta_auto_cost.EVERY_STEP
+    assert list(result["seconds"][0]) == [every] and result["ratio_to_fixed"] == {}
+    seconds, probes = result["seconds"][0][every], result["probe_seconds"][0][every]
+    assert len(seconds) == len(probes) == 3
+    expected = beta_auto_cost.steady_state(seconds, probes)
+    assert result["steady_state_to_fixed"] == pytest.approx(expected)
+    assert list(expected) == ["every 1", "every 2", "every 4", "every 8"]
+    assert expected["every 1"] > expected["every 8"] >= 1.0
