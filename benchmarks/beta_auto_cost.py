@@ -211,6 +211,21 @@ def main() -> None:
         repetitions.append(times)
         probes.append(probed)
         peaks.append(peak)
+        # After each repetition: a session cut short keeps the repetitions it finished.
+        report(args, names, repetitions, probes, peaks, started, load)
+
+
+def report(
+    args: argparse.Namespace,
+    names: list[str],
+    repetitions: list[dict[str, list[float]]],
+    probes: list[dict[str, list[float]]],
+    peaks: list[dict[str, float | None]],
+    started: str,
+    load: tuple[float, float, float],
+) -> None:
+    """Print the ratios so far and, with `--output`, write every time, probe, peak and ratio
+    with the commit of the code measured."""
     summary = ratios(repetitions) if FIXED in names else {}
     for name, ratio in summary.items():
         largest = max((p[name] for p in peaks if p[name] is not None), default=None)
@@ -221,14 +236,19 @@ def main() -> None:
         steady = {period: statistics.median(s[period] for s in each) for period in each[0]}
         print("steady state over a fixed beta's step (probe every k):", ", ".join(f"{k} x{v:.3f}" for k, v in steady.items()))  # fmt: skip
     largest = max((p[n] for p in peaks for n in names if p[n] is not None), default=None)
-    print(f"largest peak resident: {largest} GB")
+    print(f"largest peak resident: {largest} GB", flush=True)
     if args.output:
+        import update_quality_resume  # a sibling script: the commit of the code measuring
+
         args.output.parent.mkdir(parents=True, exist_ok=True)
         result: dict[str, Any] = {
             "command": " ".join(["python", "benchmarks/beta_auto_cost.py", *sys.argv[1:]]),
+            **update_quality_resume.engine(),
             "model": args.model,
             "task": args.task,
             "steps": args.steps,
+            "repetitions_planned": args.repetitions,
+            "repetitions_done": len(repetitions),
             "started_at": started,
             "load_average_at_start": list(load),
             "load_average_at_end": list(os.getloadavg()),

@@ -345,6 +345,8 @@ def test_the_cost_benchmark_with_the_every_step_trainer_alone(tiny_model_dir, tm
     result = json.loads(output.read_text())
     every = beta_auto_cost.EVERY_STEP
     assert list(result["seconds"][0]) == [every] and result["ratio_to_fixed"] == {}
+    assert result["repetitions_done"] == result["repetitions_planned"] == 1
+    assert len(result["commit"]) == 40  # the code measured
     seconds, probes = result["seconds"][0][every], result["probe_seconds"][0][every]
     assert len(seconds) == len(probes) == 3
     expected = beta_auto_cost.steady_state(seconds, probes)
