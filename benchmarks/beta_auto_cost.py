@@ -71,26 +71,35 @@ PROBE_SECONDS = "mrtpo/beta_auto/probe_seconds"
 
 def reset_peak_resident() -> bool:
     """Reset this process's peak resident set size (Linux: "5" into /proc/self/clear_refs);
-    False where the kernel does not allow it."""
+    False where the kernel refuses it or accepts the write and keeps the old peak (seen on a CI
+    machine), checked by reading the peak back: right after a reset it is the current size."""
     try:
         with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
-        return True
     except OSError:
         return False
+    peak, current = _status_kb("VmHWM:"), _status_kb("VmRSS:")
+    # A few MB of slack: the process may grow between the write and the reads.
+    return peak is not None and current is not None and peak <= current + 16 * 1024
+
+
+def _status_kb(field: str) -> int | None:
+    """One `kB` field of /proc/self/status (VmHWM:, VmRSS:); None where it is not there."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(field):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def peak_resident_gb() -> float | None:
     """This process's peak resident set size since its start or the last reset (`VmHWM`), in
     GB (1e9 bytes); None where /proc is not there."""
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / 1e9
-    except OSError:
-        pass
-    return None
+    peak = _status_kb("VmHWM:")
+    return None if peak is None else peak * 1024 / 1e9
 
 
 class StepTimer(TrainerCallback):
