@@ -517,6 +517,9 @@ def rebuild_kept_policy(
     if len(study) < step:
         raise SystemExit(f"{run_dir(args, method, seed)}: {len(study)} logged steps, not {step}")
     again = argparse.Namespace(**{**vars(args), "results": Path(scratch), "eval_samples": 0})
+    earlier = run_dir(again, method, seed)
+    if is_finished(earlier, False) and not kept_policy_dir(earlier / CHECKPOINTS, step).is_dir():
+        shutil.rmtree(earlier)  # an earlier rebuild here, its policy moved away since: again
     folder = train_run(again, method, seed, start, provenance=provenance, keep_steps=[step], stop_at=step)  # fmt: skip
     rebuilt = read_metrics(folder / METRICS_FILE)
     first = None

@@ -458,6 +458,12 @@ def test_a_kept_policy_is_rebuilt_to_the_bit_and_a_different_run_is_named(
         "step": 2, "key": "loss", "run": loss["loss"], "rebuilt": loss["loss"] - 1.0
     }  # fmt: skip
     assert record["policy_sha256"] == digest  # the weights are the run's all the same
+    # The policy moved away again: the same scratch folder trains it again, not a stale record.
+    shutil.rmtree(kept)
+    record = convergence_runs.rebuild_kept_policy(
+        args, "gdpo", 0, 2, tmp_path / "third", start=str(tiny_model_dir)
+    )
+    assert record["rebuilt"] and record["steps_logged"] == 2 and record["policy_sha256"] == digest
 
 
 def test_the_report_says_how_the_measured_policy_was_rebuilt(tmp_path):
