@@ -53,6 +53,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
+import resident_memory
 import torch
 from transformers import TrainerCallback
 
@@ -67,39 +68,6 @@ EVERY_STEP = "auto (probe every step)"
 SHORT = dict(zip(("fixed", "auto", "every"), VARIANTS, strict=True))
 PERIODS = (1, 2, 4, 8)  # the probe periods the steady state is given for
 PROBE_SECONDS = "mrtpo/beta_auto/probe_seconds"
-
-
-def reset_peak_resident() -> bool:
-    """Reset this process's peak resident set size (Linux: "5" into /proc/self/clear_refs);
-    False where the kernel refuses it or accepts the write and keeps the old peak (seen on a CI
-    machine), checked by reading the peak back: right after a reset it is the current size."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-    except OSError:
-        return False
-    peak, current = _status_kb("VmHWM:"), _status_kb("VmRSS:")
-    # A few MB of slack: the process may grow between the write and the reads.
-    return peak is not None and current is not None and peak <= current + 16 * 1024
-
-
-def _status_kb(field: str) -> int | None:
-    """One `kB` field of /proc/self/status (VmHWM:, VmRSS:); None where it is not there."""
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith(field):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def peak_resident_gb() -> float | None:
-    """This process's peak resident set size since its start or the last reset (`VmHWM`), in
-    GB (1e9 bytes); None where /proc is not there."""
-    peak = _status_kb("VmHWM:")
-    return None if peak is None else peak * 1024 / 1e9
 
 
 class StepTimer(TrainerCallback):
@@ -123,7 +91,7 @@ def run(
     from mrtpo.models import load_model
     from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
 
-    alone = reset_peak_resident()
+    alone = resident_memory.reset_peak()
     model, tokenizer = load_model(args.model)
     task = tasks.get(args.task)
     config = MRTPOConfig(
@@ -154,7 +122,7 @@ def run(
     )
     trainer.train()
     probes = [log[PROBE_SECONDS] for log in trainer.state.log_history if PROBE_SECONDS in log]
-    return timer.seconds, probes, peak_resident_gb() if alone else None
+    return timer.seconds, probes, resident_memory.peak_gb() if alone else None
 
 
 def ratios(repetitions: list[dict[str, list[float]]]) -> dict[str, dict[str, float]]:

@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import resident_memory
 import torch
 
 from mrtpo.relevance import (
@@ -314,14 +315,6 @@ def first_row(setup: Setup) -> Setup:
 # ----------------------------------------------------------------------------- memory
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def measure_memory_here(setting: str, num_rewards: int, call: str) -> dict[str, float]:
     """Peak extra resident memory (MiB) of one call, in this (fresh) process."""
     setup = build(setting, num_rewards)
@@ -329,12 +322,7 @@ def measure_memory_here(setting: str, num_rewards: int, call: str) -> dict[str, 
     import gc
 
     gc.collect()
-    before = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # reset VmHWM to the current RSS
-    CALLS[call](setup)
-    peak = _status_kib("VmHWM")
-    return {"peak_mib": (peak - before) / 1024}
+    return {"peak_mib": resident_memory.peak_above_start_mib(lambda: CALLS[call](setup))}
 
 
 def measure_memory(setting: str, num_rewards: int, call: str) -> float:

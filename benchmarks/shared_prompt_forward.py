@@ -36,6 +36,7 @@ import sys
 import time
 from types import SimpleNamespace
 
+import resident_memory
 import torch
 
 PATHS = ("per-row", "shared")
@@ -169,22 +170,14 @@ def call(setup: SimpleNamespace, path: str) -> torch.Tensor:
     return logps.detach()
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
-
-
 def memory_child(args: argparse.Namespace) -> None:
     """In a fresh process: the peak resident memory (MiB) of one call above its start."""
     import gc
 
     setup = build(args)
     gc.collect()
-    before = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # VmHWM := the current RSS
-    call(setup, args.memory_child)
-    print(json.dumps({"peak_mib": (_status_kib("VmHWM") - before) / 1024}))
+    peak_mib = resident_memory.peak_above_start_mib(lambda: call(setup, args.memory_child))
+    print(json.dumps({"peak_mib": peak_mib}))
 
 
 def peak_memory(path: str, argv: list[str]) -> float:
