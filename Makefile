@@ -66,10 +66,10 @@ docs-check: docs
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks scripts docs/examples
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts docs/examples
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts docs README.md
 
 format: install
-	$(VENV)/bin/ruff format src tests benchmarks scripts docs/examples
+	$(VENV)/bin/ruff format src tests benchmarks scripts docs README.md
 	$(VENV)/bin/ruff check --fix src tests benchmarks scripts docs/examples
 
 clean:
