@@ -13,8 +13,8 @@ tokens and 8 rows (2 prompts x G = 4), for K in {1, 3, 8}, it reports:
 Times: the three are run side by side in one process, `--runs` times, in rotating order;
 medians. Single-threaded by default (`--threads`): on a shared CPU, one thread keeps the
 ratios stable. Memory: each measurement runs alone in a fresh subprocess that builds the same model
-and inputs, resets the kernel's resident-set high-water mark (`/proc/self/clear_refs`, "5"),
-runs the call once, and reads `VmHWM`: peak RSS during the call minus RSS before it. Tensor
+and inputs, resets the kernel's resident-set high-water mark (`resident_memory.py`: checked, an error where
+the kernel keeps the old peak), runs the call once, and reads `VmHWM`: peak RSS during the call minus RSS before it. Tensor
 memory on CPU is plain malloc'd memory, so this counts every buffer the call touched at its
 peak (a Python-level tracer such as tracemalloc sees none of it).
 

@@ -16,7 +16,8 @@ sum(logps * fixed random weights).
 Times: the two take turns, `--repeats` times (after `--warmup` untimed calls each); medians;
 one torch thread by default (on a shared CPU, one thread keeps the ratio steady). Memory: each path runs
 alone in a fresh subprocess that builds the same model and inputs, resets the resident-set
-high-water mark (`/proc/self/clear_refs`), makes one call and reads `VmHWM`: the call's peak
+high-water mark (`resident_memory.py`: checked, an error where the kernel keeps the old
+peak), makes one call and reads `VmHWM`: the call's peak
 resident memory above its start (the gradients included) (CPU tensors are malloc'd memory, so
 tracemalloc would see none of it). The script also checks that both paths give the same
 log-probs.
