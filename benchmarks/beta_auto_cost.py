@@ -29,7 +29,9 @@ every k steps over a fixed beta's is 1 + probe / (k x rest) (`steady_state`, for
 `PERIODS`; the run's first step, whose probe has no reference, left out). That variant alone
 (`--variants every`) is the cheapest measurement of the target, and the only one that fits a
 session: a SmolLM2 step at 96 tokens took about 350 s beside a Qwen run, so the three variants
-x 8 steps x 3 repetitions would take about 7 hours.
+x 8 steps x 3 repetitions would take about 7 hours. `--resume` continues a measurement cut
+short (a repetition is written as it finishes): the repetitions in `--output` are kept where its
+settings, variants and src/ are this run's, the others run, and each session is recorded.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/beta_auto_cost.py --variants every \
         --steps 5 --repetitions 2 \
@@ -171,14 +173,22 @@ def main() -> None:
         help="which trainers (fixed 0.5, auto at the default period, auto probing every step); "
         "'every' alone gives the steady state at each period (`steady_state`) in the least time",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the repetitions already in --output (same settings, same src/) and run the rest",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()
-    repetitions: list[dict[str, list[float]]] = []
-    probes: list[dict[str, list[float]]] = []
-    peaks: list[dict[str, float | None]] = []
     names = [SHORT[short] for short in args.variants]
-    for repetition in range(args.repetitions):
+    earlier = load_earlier(args, names) if args.resume else {}
+    repetitions: list[dict[str, list[float]]] = earlier.get("seconds", [])
+    probes: list[dict[str, list[float]]] = earlier.get("probe_seconds", [])
+    peaks: list[dict[str, float | None]] = earlier.get("peak_resident_gb", [])
+    sessions: list[dict[str, Any]] = earlier.get("sessions", [])
+    sessions.append({"started_at": started, "load_average_at_start": list(load), "from_repetition": len(repetitions)})  # fmt: skip
+    for repetition in range(len(repetitions), args.repetitions):
         order = names[repetition % len(names) :] + names[: repetition % len(names)]
         times, probed, peak = {}, {}, {}
         for name in order:
@@ -189,7 +199,42 @@ def main() -> None:
         probes.append(probed)
         peaks.append(peak)
         # After each repetition: a session cut short keeps the repetitions it finished.
-        report(args, names, repetitions, probes, peaks, started, load)
+        report(args, names, repetitions, probes, peaks, sessions)
+
+
+# What a resumed measurement must share with the file it continues.
+SETTINGS = ("model", "task", "steps", "max_completion_length")
+
+
+def load_earlier(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """The measurement in `--output` to continue: {} where there is none yet; an error where its
+    settings, variants or measured code (src/ at its commit against this checkout's) differ."""
+    if args.output is None:
+        raise SystemExit("--resume needs --output: the file whose repetitions to keep")
+    if not args.output.exists():
+        return {}
+    earlier = json.loads(args.output.read_text())
+    different = {key: (earlier[key], getattr(args, key)) for key in SETTINGS if earlier[key] != getattr(args, key)}  # fmt: skip
+    if different:
+        raise SystemExit(f"--resume: {args.output} was measured with other settings: {different}")
+    if earlier["seconds"] and sorted(earlier["seconds"][0]) != sorted(names):
+        raise SystemExit(f"--resume: {args.output} measured the variants {sorted(earlier['seconds'][0])}, not {sorted(names)}")  # fmt: skip
+    if not same_src(earlier["commit"]):
+        raise SystemExit(f"--resume: src/ here differs from the commit {earlier['commit']} that measured {args.output}: a measurement runs on one engine")  # fmt: skip
+    if "sessions" not in earlier:  # written before --resume existed: one session
+        earlier["sessions"] = [{"started_at": earlier["started_at"], "load_average_at_start": earlier["load_average_at_start"], "load_average_at_end": earlier["load_average_at_end"], "commit": earlier["commit"], "from_repetition": 0}]  # fmt: skip
+    return earlier
+
+
+def same_src(commit: str | None) -> bool:
+    """Whether this checkout's src/ (committed and working tree) is src/ at `commit`."""
+    import subprocess
+
+    if commit is None:
+        return False
+    here = Path(__file__).resolve().parent
+    result = subprocess.run(["git", "diff", "--quiet", commit, "--", "../src"], cwd=here, check=False)  # fmt: skip
+    return result.returncode == 0
 
 
 def report(
@@ -198,8 +243,7 @@ def report(
     repetitions: list[dict[str, list[float]]],
     probes: list[dict[str, list[float]]],
     peaks: list[dict[str, float | None]],
-    started: str,
-    load: tuple[float, float, float],
+    sessions: list[dict[str, Any]],
 ) -> None:
     """Print the ratios so far and, with `--output`, write every time, probe, peak and ratio
     with the commit of the code measured."""
@@ -218,17 +262,20 @@ def report(
         import update_quality_resume  # a sibling script: the commit of the code measuring
 
         args.output.parent.mkdir(parents=True, exist_ok=True)
+        engine = update_quality_resume.engine()
+        sessions[-1].update(commit=engine["commit"], load_average_at_end=list(os.getloadavg()))
         result: dict[str, Any] = {
             "command": " ".join(["python", "benchmarks/beta_auto_cost.py", *sys.argv[1:]]),
-            **update_quality_resume.engine(),
+            **engine,
             "model": args.model,
             "task": args.task,
             "steps": args.steps,
             "repetitions_planned": args.repetitions,
             "repetitions_done": len(repetitions),
-            "started_at": started,
-            "load_average_at_start": list(load),
-            "load_average_at_end": list(os.getloadavg()),
+            "started_at": sessions[0]["started_at"],
+            "load_average_at_start": sessions[0]["load_average_at_start"],
+            "load_average_at_end": sessions[-1]["load_average_at_end"],
+            "sessions": sessions,
             "torch_threads": torch.get_num_threads(),
             "max_completion_length": args.max_completion_length,
             "seconds": repetitions,

@@ -335,3 +335,24 @@ def test_the_cost_benchmark_with_the_every_step_trainer_alone(tiny_model_dir, tm
     assert result["steady_state_to_fixed"] == pytest.approx(expected)
     assert list(expected) == ["every 1", "every 2", "every 4", "every 8"]
     assert expected["every 1"] > expected["every 8"] >= 1.0
+
+    # --resume: the repetition measured is kept, the next one added (its order rotated), each
+    # session recorded; a file written before --resume existed (no "sessions") is one session.
+    del result["sessions"]
+    output.write_text(json.dumps(result))
+    resumed = [*argv, "--output", str(output), "--resume"]
+    resumed[resumed.index("--repetitions") + 1] = "2"
+    monkeypatch.setattr(sys, "argv", resumed)
+    beta_auto_cost.main()
+    both = json.loads(output.read_text())
+    assert both["seconds"][0] == result["seconds"][0] and len(both["seconds"]) == 2
+    assert both["repetitions_done"] == both["repetitions_planned"] == 2
+    assert [session["from_repetition"] for session in both["sessions"]] == [0, 1]
+    assert both["started_at"] == result["started_at"]
+    # Other settings than the file's: refused, the file untouched.
+    other = [*resumed]
+    other[other.index("--steps") + 1] = "2"
+    monkeypatch.setattr(sys, "argv", other)
+    with pytest.raises(SystemExit, match="other settings.*steps"):
+        beta_auto_cost.main()
+    assert json.loads(output.read_text()) == both
