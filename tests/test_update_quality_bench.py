@@ -237,7 +237,8 @@ def test_streamed_cosines_and_beta_blend_equal_whole_vectors(tmp_path):
             for k, name in enumerate(names):
                 own = (totals[name] - parts[b][name]).double()
                 expected = float(g @ own / (g.norm() * own.norm()))
-                assert got["reward_cosines"][k] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+                # float32 references, as the cosine above (seen 4.4e-8 off on an Intel CPU)
+                assert got["reward_cosines"][k] == pytest.approx(expected, rel=1e-6, abs=1e-7)
         # the reallocation is real: mrtpo's step is not gdpo's
         assert uq.batch_measures(measures[b], "mrtpo(1)", 3)["diff_norm"] > 1e-6
         # References held in bfloat16 (the 0.5B model's lane): the same cosines to 1e-3.
