@@ -64,6 +64,29 @@ def test_a_calls_peak_above_its_start_counts_what_it_touched(resettable):
     assert resident_memory.peak_above_start_mib(lambda: None) < 20
 
 
+def test_garbage_left_by_earlier_work_does_not_hide_a_calls_peak(resettable):
+    """0.6 GB held only by a reference cycle (earlier work's garbage), collected during the call
+    (as a collection its allocations trigger would): the call's 381 MiB is still measured,
+    since the garbage is collected before the start is read (without that: 0 MiB)."""
+    import gc
+
+    import torch
+
+    class Holder:
+        pass
+
+    garbage = Holder()
+    garbage.cycle, garbage.block = garbage, torch.ones(150_000_000)
+    del garbage
+
+    def collect_then_touch() -> None:
+        gc.collect()
+        block = torch.ones(100_000_000)
+        block += 1
+
+    assert 370 <= resident_memory.peak_above_start_mib(collect_then_touch) <= 500
+
+
 def test_the_shared_prompt_forward_benchmark_measures_each_path_in_a_fresh_process(resettable):
     """The benchmark's memory children (one layer, tiny shapes): each path's peak is positive
     and below what the model's weights and one backward could take at most."""
