@@ -53,8 +53,10 @@ def peak_above_start_mib(call) -> float:
     """Run `call()` and return its peak resident memory above the size just before it, in MiB.
     Raises where the peak cannot be reset: a figure that might be an earlier call's peak is
     worse than none. Garbage is collected first: a collection that the call's allocations
-    trigger would otherwise free earlier objects during the call and hide its peak (seen in the
-    test suite: 0 MiB for a call that touched 381)."""
+    trigger would otherwise free earlier objects during the call and hide its peak. Anything
+    else that shrinks the process meanwhile hides it too: on a machine near full, the kernel
+    drops file-backed pages (mapped model files) from the resident size, so measure with
+    memory to spare."""
     gc.collect()
     before = status_kb("VmRSS")
     if before is None or not reset_peak():
