@@ -296,11 +296,11 @@ class RecordingProbes(MRTPOTrainer):
         self.probes: list[tuple] = []
         super().__init__(*args, **kwargs)
 
-    def _probe_gradients(self, inputs, uniform, reallocation, summed):
+    def _probe_gradients(self, inputs, uniform, reallocation, summed, logps=None):
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         kept = (dict(inputs), uniform.clone(), reallocation.clone(), summed.clone(), state)
         self.probes.append(kept)
-        super()._probe_gradients(inputs, uniform, reallocation, summed)
+        super()._probe_gradients(inputs, uniform, reallocation, summed, logps)
 
 
 STEP_BETA = 0.5  # the beta `one_probed_step` trains (and judges) its step at
@@ -403,6 +403,68 @@ def test_the_agreement_equals_gradients_computed_apart(tmp_path):
     assert torch.allclose(second["advantages"], u_second + STEP_BETA * r_second)
     mask = second["completion_mask"].float()
     assert torch.allclose((r_second * mask).sum(1), torch.zeros(len(mask)), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(), dict(share_prompt=False, gradient_checkpointing=False)],
+    ids=["shared-prompt-checkpointing", "plain-forward"],
+)
+def test_the_probe_on_the_losss_forward_equals_a_probe_of_its_own(tmp_path, monkeypatch, settings):
+    """In one process a probed micro-batch's passes run on the loss's own forward, before the
+    training backward: one forward fewer, and the same agreements, reference and update as a
+    probe on a forward of its own after the backward (the path of several processes)."""
+    forwards = []
+    original = MRTPOTrainer._get_per_token_logps_and_entropies
+
+    def counted(self, *args, **kwargs):
+        forwards.append(torch.is_grad_enabled())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(MRTPOTrainer, "_get_per_token_logps_and_entropies", counted)
+    runs = {}
+    for probe_forward in ("shared", "own"):
+        if probe_forward == "own":  # the loss as TRL computes it: the probe after the backward
+            monkeypatch.setattr(
+                mrtpo.trainer_beta_auto.AutoBetaMixin,
+                "compute_loss",
+                lambda self, *a, **k: super(
+                    mrtpo.trainer_beta_auto.AutoBetaMixin, self
+                ).compute_loss(*a, **k),
+            )
+        forwards.clear()
+        trainer = train(
+            tmp_path / probe_forward,
+            per_device_train_batch_size=8,
+            num_generations=4,
+            gradient_accumulation_steps=2,
+            max_completion_length=8,
+            max_steps=2,
+            mrtpo_beta="auto",
+            mrtpo_beta_probe_every=1,
+            **settings,
+        )
+        logs = step_logs(trainer)
+        runs[probe_forward] = dict(
+            forwards_with_gradients=sum(forwards),
+            logs=[
+                [log.get(PREFIX + name) for name in ("probe_agreement", "probe_cosine")]
+                for log in logs
+            ],
+            losses=[log["loss"] for log in trainer.state.log_history if "loss" in log],
+            reference=trainer._auto_reference,
+            weights=trainer.model.state_dict(),
+        )
+    shared, own = runs["shared"], runs["own"]
+    # 2 steps x 2 micro-batches, each probed: 4 training forwards, and 4 probe forwards when
+    # the probe runs its own (the first micro-batch's one pass included).
+    assert (shared["forwards_with_gradients"], own["forwards_with_gradients"]) == (4, 8)
+    assert shared["logs"] == own["logs"]
+    assert shared["logs"][1][0] is not None  # the second step's probe compared gradients
+    assert shared["losses"] == own["losses"]
+    assert shared["reference"].keys() == own["reference"].keys()
+    assert all(torch.equal(shared["reference"][i], own["reference"][i]) for i in own["reference"])
+    assert all(torch.equal(shared["weights"][k], own["weights"][k]) for k in own["weights"])
 
 
 @pytest.fixture(scope="module")

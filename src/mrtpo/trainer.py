@@ -92,10 +92,10 @@ class _VerdictKeeper:
 
 
 class MRTPOTrainer(
+    AutoBetaMixin,  # first: its forward wraps the shared-prompt one (the probe catches the loss's)
     SharedPromptMixin,
     MetricsMixin,
     CreditMapsMixin,
-    AutoBetaMixin,
     SequenceLevelLossMixin,
     GRPOTrainer,
 ):

@@ -12,11 +12,13 @@ samples: the reference G. The idea of using an auxiliary gradient only while it 
 one is Du et al., "Adapting Auxiliary Losses Using Gradient Similarity"; this rule is the
 project's, not the MRTPO paper's (docs/METHOD.md, "beta from the step's own evidence").
 
-On a probed step (every `mrtpo_beta_probe_every` optimizer steps) each micro-batch m, after its
-own training backward, runs one more forward (the loss's, with gradients) and up to three
-backward passes, of -sum(X_t logp_t) over its trained tokens divided by their number for X =
-R, U and P, on the unwrapped model (no DDP reduction) with the training gradients set aside
-and restored. P_t = P_i on each trained token of row i is the summed reward's advantage,
+On a probed step (every `mrtpo_beta_probe_every` optimizer steps) each micro-batch m runs up to
+three backward passes, of -sum(X_t logp_t) over its trained tokens divided by their number for
+X = R, U and P, with the training gradients set aside and restored. In one process they run on
+the loss's own forward, between TRL's loss and its backward (`compute_loss`: the log-probs are
+caught as TRL's loss computes them, and the graph is kept for the training backward); with
+several processes, after the training backward, on one more forward of the unwrapped model (a
+DDP forward allows one backward and would reduce the probe's gradients). P_t = P_i on each trained token of row i is the summed reward's advantage,
 s_i minus the mean s_j of the other rows of i's group (s: the rewards weighted by c_k and summed,
 `summed_reward_advantages`), so g_P estimates the policy gradient of the summed reward. The
 reference G is the sum of g_P over the micro-batches already probed: this step's earlier ones,
@@ -160,6 +162,9 @@ class AutoBetaMixin:
     _auto_sums: torch.Tensor | None = None
     _auto_probe_batch: tuple[dict[str, Any], torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     _auto_probe_seconds: float = 0.0
+    # While TRL's loss of a probed micro-batch runs (`compute_loss`): the log-probs (B, T) of
+    # each forward with gradients, caught for the probe.
+    _auto_caught_logps: list[torch.Tensor] | None = None
 
     def _init_auto_beta(self) -> None:
         """The automatic beta's state: beta, the window of agreements, the reference gradient
@@ -244,14 +249,45 @@ class AutoBetaMixin:
         reallocation = slope[:, : trained.shape[1]].to(trained.dtype)
         self._auto_probe_batch = (inputs, trained - beta * reallocation, reallocation, summed)
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """TRL's loss; on a probed micro-batch in one process, then the probe, on the loss's own
+        forward (its log-probs caught by `_get_per_token_logps_and_entropies`), every pass keeping
+        the graph for the training backward that follows: one forward fewer than a probe of its
+        own. Elsewhere (several processes, or no forward caught) the probe runs after the
+        backward (`_after_micro_batch`)."""
+        if self._auto_probe_batch is None or self.accelerator.num_processes > 1:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._auto_caught_logps = []
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            caught = self._auto_caught_logps
+        finally:
+            self._auto_caught_logps = None
+        if len(caught) == 1 and caught[0].requires_grad:  # TRL's loss: one forward
+            self._run_probe(logps=caught[0])
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> tuple:
+        """The trainer's forward of the loss (shared prompts included: this mixin comes first in
+        the trainer's bases); while `compute_loss` probes, its log-probs with gradients caught."""
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._auto_caught_logps is not None and torch.is_grad_enabled():
+            self._auto_caught_logps.append(result[0])
+        return result
+
+    def _run_probe(self, logps: torch.Tensor | None = None) -> None:
+        """Probe the kept micro-batch (`_probe_gradients`), timed, and let it go."""
+        started = time.perf_counter()
+        self._probe_gradients(*self._auto_probe_batch, logps=logps)
+        self._auto_probe_batch = None
+        self._auto_probe_seconds += time.perf_counter() - started
+
     def _after_micro_batch(self) -> None:
-        """After a training micro-batch's backward: probe it if its step is probed; at the
-        step's last micro-batch, decide beta (on probed steps) and log."""
+        """After a training micro-batch's backward: probe it if its step is probed and
+        `compute_loss` did not; at the step's last micro-batch, decide beta (on probed steps)
+        and log."""
         if self._auto_probe_batch is not None:
-            started = time.perf_counter()
-            self._probe_gradients(*self._auto_probe_batch)
-            self._auto_probe_batch = None
-            self._auto_probe_seconds += time.perf_counter() - started
+            self._run_probe()
         position = self._position_in_step[1]
         if position == self.current_gradient_accumulation_steps - 1:
             self._finish_auto_step()
@@ -262,13 +298,16 @@ class AutoBetaMixin:
         uniform: torch.Tensor,
         reallocation: torch.Tensor,
         summed: torch.Tensor,
+        logps: torch.Tensor | None = None,
     ) -> None:
         """Micro-batch m's part of the probe: against the reference G before m joins it, add
         <g_R, G>, <g_U, G>, |g_R|^2, |g_U|^2, <g_U, g_R> and |G|^2 to the step's sums (`SUMS`;
         only where there is a reference: the pairs), then add its g_P to G (replacing G at a
         step's first micro-batch).
 
-        uniform, reallocation: (B, T) U_t and R_t of the micro-batch's rows; summed: (B,) P_i.
+        uniform, reallocation: (B, T) U_t and R_t of the micro-batch's rows; summed: (B,) P_i;
+        logps: (B, T) the loss's log-probs with their graph (kept: the training backward
+        follows), or None for a forward of the probe's own.
         """
         paired = self._auto_reference is not None
         replace = not paired or self._position_in_step[1] == 0
@@ -285,7 +324,8 @@ class AutoBetaMixin:
                 "uniform": uniform,
                 "summed": summed.unsqueeze(1).expand_as(uniform),
             }
-            self._backward_passes(inputs, [(p, advantages_of[p]) for p in passes], sums, replace)
+            chosen = [(p, advantages_of[p]) for p in passes]
+            self._backward_passes(inputs, chosen, sums, replace, logps)
         if replace and "summed" not in passes:
             self._auto_reference = {}  # this micro-batch's g_P, all zeros, replaces G
         if paired:
@@ -297,9 +337,11 @@ class AutoBetaMixin:
         passes: list[tuple[str, torch.Tensor]],
         sums: torch.Tensor,
         replace: bool,
+        logps: torch.Tensor | None = None,
     ) -> None:
-        """One forward of the micro-batch and a backward pass of -sum(X_t logp_t) / trained
-        tokens for each (name, X (B, T)) of `passes`, consumed parameter by parameter: a
+        """A backward pass of -sum(X_t logp_t) / trained tokens for each (name, X (B, T)) of
+        `passes`, on `logps` (B, T) (the loss's forward: its graph kept after every pass) or on
+        one forward of the micro-batch (None), consumed parameter by parameter: a
         measured pass adds its gradient's dot with the reference and squared norm to `sums`
         (`_MEASURED`), and "uniform" its dot with "reallocation"'s gradient, kept for it (the
         cross term); "summed" adds its gradient to the reference (a new one where `replace`).
@@ -307,19 +349,21 @@ class AutoBetaMixin:
         model = self.accelerator.unwrap_model(self.model)  # no DDP hook: local gradients
         params = [p for p in model.parameters() if p.requires_grad]
         index = {id(p): i for i, p in enumerate(params)}
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
-        with self.accelerator.autocast():
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                inputs["completion_ids"].size(1),
-                batch_size=self.args.per_device_train_batch_size,
-            )
+        keep_graph = logps is not None  # the training backward runs on it after the probe
+        if logps is None:
+            input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+            with self.accelerator.autocast():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    inputs["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
         weighted = logps * mask / mask.sum().clamp(min=1)
         reference = self._auto_reference
         names = [name for name, _ in passes]
@@ -371,7 +415,7 @@ class AutoBetaMixin:
                 loss = -(values.to(logps.dtype) * weighted).sum()
                 handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
                 try:
-                    loss.backward(retain_graph=number < len(passes) - 1)
+                    loss.backward(retain_graph=keep_graph or number < len(passes) - 1)
                 finally:
                     for handle in handles:
                         handle.remove()
