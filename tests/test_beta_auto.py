@@ -20,9 +20,9 @@ import mrtpo.trainer
 import mrtpo.trainer_beta_auto
 from mrtpo import auto_beta
 from mrtpo.commands.train import parse_args
-from mrtpo.testing import tiny_model_and_tokenizer
+from mrtpo.testing import tiny_model, tiny_model_and_tokenizer, tiny_tokenizer
 from mrtpo.trainer import MRTPOConfig, MRTPOTrainer
-from mrtpo.trainer_beta_auto import PASSES, SUMS
+from mrtpo.trainer_beta_auto import PASSES, SUMS, StoredRows, stored_whole
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -31,8 +31,11 @@ PREFIX = mrtpo.trainer_beta_auto.METRIC_PREFIX
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def trainer_for(tmp_path, reward_funcs=None, trainer_class=MRTPOTrainer, num_prompts=8, **settings):
-    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+def trainer_for(
+    tmp_path, reward_funcs=None, trainer_class=MRTPOTrainer, num_prompts=8, tied=True, **settings
+):
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(len(tokenizer), seed=0, tied=tied)
     args = MRTPOConfig(output_dir=str(tmp_path / "run"), **{**CPU_RUN, **settings})
     return trainer_class(
         model=model,
@@ -246,6 +249,44 @@ def test_the_warm_up_caps_the_automatic_beta(tmp_path):
     assert trainer._auto_beta_at(10) == 0.7  # past the ramp: the probes' beta
 
 
+def _rows_gradient(rows: list[int], seed: int, shape=(10, 3)) -> torch.Tensor:
+    """A planted 2-D gradient that is nonzero on `rows` only."""
+    gradient = torch.zeros(shape)
+    generator = torch.Generator().manual_seed(seed)
+    gradient[rows] = torch.randn(len(rows), shape[1], generator=generator)
+    return gradient
+
+
+def test_a_gradient_with_few_rows_is_kept_by_them_and_sums_as_the_whole():
+    """The probe's storage (`stored`): a 2-D gradient nonzero on at most half of its rows is
+    kept by those rows; dots, squares and sums give what the whole tensors give (the values of
+    a sum bit for bit), and a sum kept by rows goes whole once its rows pass half."""
+    from mrtpo.trainer_beta_auto import stored, stored_add, stored_dot, stored_square
+
+    few, other = _rows_gradient([1, 4], seed=0), _rows_gradient([4, 7, 8], seed=1)
+    dense, bias = torch.randn(10, 3), torch.randn(10)
+    kept = stored(few)
+    assert isinstance(kept, StoredRows) and kept.index.tolist() == [1, 4]
+    assert torch.equal(kept.values, few[[1, 4]])
+    assert stored(dense) is dense and stored(bias) is bias  # kept as they are
+    assert stored(torch.zeros(10, 3)).index.numel() == 0  # a zero gradient: no rows at all
+    assert stored(_rows_gradient(range(6), seed=2)).__class__ is torch.Tensor  # 6 of 10 rows
+    assert torch.equal(stored_whole(kept, few), few) and stored_whole(dense, dense) is dense
+    for grad in (dense, other, few):
+        expected = torch.dot(grad.flatten(), few.flatten()).item()
+        assert stored_dot(grad, kept).item() == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    assert stored_square(kept).item() == pytest.approx(few.square().sum().item(), rel=1e-6)
+    total = stored_add(kept, other)  # rows 1, 4, 7, 8: still at most half
+    assert isinstance(total, StoredRows) and total.index.tolist() == [1, 4, 7, 8]
+    assert torch.equal(stored_whole(total, few), few + other)
+    wider = stored_add(total, _rows_gradient([0, 2], seed=3))  # 6 rows of 10: whole
+    assert torch.equal(wider, few + other + _rows_gradient([0, 2], seed=3))
+    whole = stored_add(stored(few), dense)
+    assert torch.equal(whole, few + dense)
+    summed = dense.clone()
+    assert stored_add(summed, few) is summed and torch.equal(summed, dense + few)  # in place
+
+
 # ---------------------------------------------------------------------- beta on a planted task
 
 
@@ -306,12 +347,14 @@ class RecordingProbes(MRTPOTrainer):
 STEP_BETA = 0.5  # the beta `one_probed_step` trains (and judges) its step at
 
 
-def one_probed_step(tmp_path) -> RecordingProbes:
+def one_probed_step(tmp_path, tied: bool = True) -> RecordingProbes:
     """One optimizer step of two micro-batches, both probed (their inputs kept), at beta
-    `STEP_BETA` (the automatic beta set so before training, no warm-up)."""
+    `STEP_BETA` (the automatic beta set so before training, no warm-up); `tied=False`: the
+    model's output matrix apart from its input embedding."""
     trainer = trainer_for(
         tmp_path,
         trainer_class=RecordingProbes,
+        tied=tied,
         per_device_train_batch_size=8,
         num_generations=4,
         gradient_accumulation_steps=2,
@@ -368,20 +411,23 @@ def _summed_advantages_apart(trainer, inputs) -> list[float]:
     return values
 
 
-def test_the_agreement_equals_gradients_computed_apart(tmp_path):
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "input-embedding-apart"])
+def test_the_agreement_equals_gradients_computed_apart(tmp_path, tied):
     """One step of two micro-batches at beta 0.5: the first has no reference (only its g_P is
     taken, and it becomes the reference); the second's g_U and g_R are compared with it. The
     logged agreement is cos(g_R, G) - cos(g, G) cos(g, g_R), g = g_U + 0.5 g_R, and the logged
     cosine cos(g_R, G), computed here from whole gradient vectors (a plain per-row forward, not
     the shared-prompt one the probe uses) and P from the scored rewards by its definition."""
-    trainer = one_probed_step(tmp_path)
+    trainer = one_probed_step(tmp_path, tied)
     assert len(trainer.probes) == 2
-    (first, _, _, p_first, state), (second, u_second, r_second, _, state_second) = trainer.probes
+    (first, _, _, p_first, state), (second, u_second, r_second, p_second, state_second) = (
+        trainer.probes
+    )
     assert all(torch.equal(state[k], state_second[k]) for k in state)  # one step's parameters
     for inputs, _, _, summed, _ in trainer.probes:
         assert summed.tolist() == pytest.approx(_summed_advantages_apart(trainer, inputs))
     assert p_first.abs().sum() > 0 and r_second.abs().sum() > 0 and u_second.abs().sum() > 0
-    model, _ = tiny_model_and_tokenizer(seed=0)
+    model = tiny_model(len(tiny_tokenizer()), seed=0, tied=tied)
     model.load_state_dict(state)
     ones = torch.ones_like(first["completion_mask"], dtype=torch.float32)
     reference = _policy_gradient(trainer, model, first, p_first.unsqueeze(1) * ones)
@@ -398,6 +444,24 @@ def test_the_agreement_equals_gradients_computed_apart(tmp_path):
     assert log["mrtpo/beta"] == STEP_BETA
     assert log[PREFIX + "probe_agreement"] == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
     assert log[PREFIX + "probe_cosine"] == pytest.approx(cosine.item(), rel=1e-4, abs=1e-6)
+    # After the step the reference holds both micro-batches' g_P; the input embedding's part
+    # by its rows where the output matrix is apart (only the batch's tokens have a gradient).
+    after = reference + _policy_gradient(trainer, model, second, p_second.unsqueeze(1) * ones)
+    kept = whole_reference(trainer)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    flat = torch.cat([kept[i].flatten() for i in range(len(params))]).double()
+    assert torch.allclose(flat, after, rtol=1e-4, atol=1e-7)
+    embedding = trainer._auto_reference[0]  # model.embed_tokens.weight
+    assert isinstance(embedding, StoredRows) is not tied
+    if not tied:
+        seen = {
+            t
+            for b in (first, second)
+            for k in ("prompt_ids", "completion_ids")
+            for t in b[k].flatten().tolist()
+        }
+        assert set(embedding.index.tolist()) <= seen
+        assert 0 < embedding.index.numel() <= len(tiny_tokenizer()) // 2
     # The step trained at U + 0.5 R; R_t is the re-allocation: zero mean over each response's
     # trained tokens.
     assert torch.allclose(second["advantages"], u_second + STEP_BETA * r_second)
@@ -452,7 +516,7 @@ def test_the_probe_on_the_losss_forward_equals_a_probe_of_its_own(tmp_path, monk
                 for log in logs
             ],
             losses=[log["loss"] for log in trainer.state.log_history if "loss" in log],
-            reference=trainer._auto_reference,
+            reference=whole_reference(trainer),
             weights=trainer.model.state_dict(),
         )
     shared, own = runs["shared"], runs["own"]
@@ -467,12 +531,18 @@ def test_the_probe_on_the_losss_forward_equals_a_probe_of_its_own(tmp_path, monk
     assert all(torch.equal(shared["weights"][k], own["weights"][k]) for k in own["weights"])
 
 
+def whole_reference(trainer) -> dict[int, torch.Tensor]:
+    """The probe's reference G, each parameter's part a whole tensor (a copy)."""
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    return {i: stored_whole(ref, params[i]).clone() for i, ref in trainer._auto_reference.items()}
+
+
 @pytest.fixture(scope="module")
 def probed_step(tmp_path_factory) -> RecordingProbes:
     """`one_probed_step`, built once for the module's shortcut tests, with its reference after
     the step kept apart (`reference_after`: each test probes from it)."""
     trainer = one_probed_step(tmp_path_factory.mktemp("probed"))
-    trainer.reference_after = {i: ref.clone() for i, ref in trainer._auto_reference.items()}
+    trainer.reference_after = whole_reference(trainer)
     return trainer
 
 
@@ -518,7 +588,7 @@ def test_a_pass_without_advantages_is_skipped_and_changes_nothing(
         monkeypatch.setattr(torch.Tensor, "backward", backward)
         trainer._probe_gradients(inputs, **given)
         monkeypatch.undo()
-        kept = {i: ref for i, ref in trainer._auto_reference.items() if ref.abs().sum() > 0}
+        kept = {i: ref for i, ref in whole_reference(trainer).items() if ref.abs().sum() > 0}
         return trainer._auto_sums.clone(), kept, calls
 
     fast_sums, fast_reference, fast_calls = probe(shortcut=True)
