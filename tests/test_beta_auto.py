@@ -345,6 +345,15 @@ class RecordingProbes(MRTPOTrainer):
 
 
 STEP_BETA = 0.5  # the beta `one_probed_step` trains (and judges) its step at
+# Steps of two micro-batches of two groups each, every micro-batch probed.
+TWO_PROBED_MICRO_BATCHES = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    gradient_accumulation_steps=2,
+    max_completion_length=8,
+    mrtpo_beta="auto",
+    mrtpo_beta_probe_every=1,
+)
 
 
 def one_probed_step(tmp_path, tied: bool = True) -> RecordingProbes:
@@ -355,14 +364,9 @@ def one_probed_step(tmp_path, tied: bool = True) -> RecordingProbes:
         tmp_path,
         trainer_class=RecordingProbes,
         tied=tied,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        gradient_accumulation_steps=2,
-        max_completion_length=8,
         max_steps=1,
-        mrtpo_beta="auto",
-        mrtpo_beta_probe_every=1,
         mrtpo_warmup_steps=0,
+        **TWO_PROBED_MICRO_BATCHES,
     )
     trainer._auto_beta_value = STEP_BETA
     trainer.train()
@@ -498,15 +502,7 @@ def test_the_probe_on_the_losss_forward_equals_a_probe_of_its_own(tmp_path, monk
             )
         forwards.clear()
         trainer = train(
-            tmp_path / probe_forward,
-            per_device_train_batch_size=8,
-            num_generations=4,
-            gradient_accumulation_steps=2,
-            max_completion_length=8,
-            max_steps=2,
-            mrtpo_beta="auto",
-            mrtpo_beta_probe_every=1,
-            **settings,
+            tmp_path / probe_forward, max_steps=2, **TWO_PROBED_MICRO_BATCHES, **settings
         )
         logs = step_logs(trainer)
         runs[probe_forward] = dict(
