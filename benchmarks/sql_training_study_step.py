@@ -18,6 +18,7 @@ mini-batches). Every statistic is the benchmark's (`update_quality_analysis`,
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -182,8 +183,9 @@ def reading(after: Sequence[Mapping[str, Any]], before: Sequence[Mapping[str, An
 
 
 def provenance(results: Path) -> str:
-    """The measurement's policy digest and cost, from its run.json (`sample_cost`)."""
-    run = read_json(sample_dir(results, STEP_STATE, "main") / RUN_FILE)
+    """The measurement's policy digest and cost, from its run.json (`sample_cost`), and how
+    the policy came to the measuring machine (`rebuilt`); `results`: the study's folder."""
+    run = read_json(sample_dir(step_results(results), STEP_STATE, "main") / RUN_FILE)
     cost = sample_cost(run, CHECKPOINT_STATES[STEP_STATE].batches)
     if cost is None:
         return ""
@@ -211,11 +213,67 @@ def rebuilt(results: Path) -> str:
         return f"{said} every value its steps 1-{record['step']} logged equals the study run's (the step time aside)."  # fmt: skip
     if first is None:
         return f"{said} it logged {record['steps_logged']} of {record['step']} steps."
+    rounding = rounding_only(results, record)
+    if rounding:
+        return (
+            f"{said} its logged values first differ at step {first['step']} ({first['key']}: "
+            f"{first['run']!r} in the study run, {first['rebuilt']!r} rebuilt), by rounding only: "
+            f"{rounding}, so it drew the same responses and is the study run's policy up to "
+            "rounding."
+        )
     return (
         f"{said} it is not the study run's policy: its logged values first differ at step "
         f"{first['step']} ({first['key']}: {first['run']!r} in the study run, {first['rebuilt']!r} "
         "rebuilt), so the measurement is of a GDPO policy after 10 steps of the same data."
     )
+
+
+# Two CPUs' rounding of one run's 10 steps moved a logged float by at most 2.3e-6 of itself (the
+# gradient norm, AMD against Intel); a policy that drew other responses differs in a reward.
+ROUNDING = 1e-5
+EXACT = ("completions/", "num_tokens")  # counts: equal, or another sample
+
+
+def exact(key: str) -> bool:
+    """A logged value that rounding cannot move: a reward's mean over a step's responses (a
+    sum of 0/1 checks), a length or a token count."""
+    return key == "reward" or key.startswith(EXACT) or (key.startswith("rewards/") and key.endswith("/mean"))  # fmt: skip
+
+
+def rounding_only(results: Path, record: Mapping[str, Any]) -> str:
+    """Where the rebuild's logged steps (its scratch run's metrics.jsonl) differ from the study
+    run's by rounding only: every reward, length and token count equal at every step and every
+    other value (a spread, an entropy, a gradient norm) within `ROUNDING` of itself, the
+    largest named; else ""."""
+    method, _, seed = record["run"].partition(" seed ")
+    where = Path("sql") / method / f"seed{seed}" / "metrics.jsonl"
+    study, rebuilt = (read_lines(folder / where) for folder in (Path(results) / "study", step_results(results) / "rebuild"))  # fmt: skip
+    if len(study) < record["step"] or len(rebuilt) < record["step"]:
+        return ""
+    largest, named = 0.0, ""
+    for theirs, mine in zip(study[: record["step"]], rebuilt[: record["step"]], strict=True):
+        for key in sorted(set(theirs) | set(mine)):
+            a, b = theirs.get(key), mine.get(key)
+            if key == "step_time" or a == b:
+                continue
+            if exact(key) or not isinstance(a, float) or not isinstance(b, float):
+                return ""
+            relative = abs(a - b) / max(abs(a), abs(b))
+            if relative > ROUNDING:
+                return ""
+            if relative > largest:
+                largest, named = relative, key
+    return (
+        f"over steps 1-{record['step']} every reward's mean, length and token count equals the study "
+        f"run's and no other value differs by more than {largest:.1e} of itself ({named})"
+    )
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """A metrics.jsonl's rows ([] where absent)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def step_section(results: Path, untrained_results: Path = UPDATE_QUALITY) -> str:
@@ -296,6 +354,6 @@ def step_section(results: Path, untrained_results: Path = UPDATE_QUALITY) -> str
         "Mean first-order gain of the clipped step over gdpo's:",
         "\n".join(gains),
         reading(after, before),
-        provenance(step_results(results)),
+        provenance(results),
     ]
     return "\n\n".join(block for block in blocks if block) + "\n"

@@ -486,6 +486,31 @@ def test_the_report_says_how_the_measured_policy_was_rebuilt(tmp_path):
     assert "first differ at step 3 (loss: 0.25 in the study run, 0.5 rebuilt)" in step.rebuilt(
         tmp_path
     )
+    # Both runs' logged steps on disk: rounding in a gradient norm is named as rounding...
+    steps = [{"step": s, "reward": 1.25, "rewards/sql_format/mean": 0.5, "grad_norm": 6.110164642333984, "completions/mean_length": 85.5, "step_time": 100.0 + s} for s in range(1, 11)]  # fmt: skip
+    study_run = tmp_path / "study" / "sql" / "gdpo" / "seed0" / "metrics.jsonl"
+    rebuild_run = step.step_results(tmp_path) / "rebuild" / "sql" / "gdpo" / "seed0" / "metrics.jsonl"  # fmt: skip
+    for path in (study_run, rebuild_run):
+        path.parent.mkdir(parents=True)
+    study_run.write_text("".join(json.dumps(row) + "\n" for row in steps))
+    rounded = [{**row, "grad_norm": 6.110164165496826, "step_time": 90.0} for row in steps]
+    rebuild_run.write_text("".join(json.dumps(row) + "\n" for row in rounded))
+    first = {"step": 1, "key": "grad_norm", "run": 6.110164642333984, "rebuilt": 6.110164165496826}
+    where.write_text(json.dumps({**record, "identical_steps": None, "first_difference": first}))
+    said = step.rebuilt(tmp_path)
+    assert "by rounding only" in said and "7.8e-08 of itself (grad_norm)" in said
+    assert "is the study run's policy up to rounding" in said
+    # The report's provenance line, given the study's folder, carries it.
+    run = {"lanes": {"0": {"cpu_seconds": {"sample": 1.0}, "sessions": [{"commit": "abc"}]}}}
+    measured = step.sample_dir(step.step_results(tmp_path), step.STEP_STATE, "main")
+    measured.mkdir(parents=True)
+    (measured / step.RUN_FILE).write_text(json.dumps(run))
+    assert step.provenance(tmp_path).endswith(said)
+    # ...a reward's mean differing by any amount, or a float by more than ROUNDING, is not.
+    for key, value in (("rewards/sql_format/mean", 0.5000001), ("grad_norm", 6.2)):
+        changed = [{**row, key: value} if row["step"] == 7 else row for row in rounded]
+        rebuild_run.write_text("".join(json.dumps(row) + "\n" for row in changed))
+        assert "it is not the study run's policy" in step.rebuilt(tmp_path)
 
 
 def test_a_finished_run_keeps_its_model_and_drops_its_resume_checkpoints(tmp_path, monkeypatch):
