@@ -18,7 +18,6 @@ mini-batches). Every statistic is the benchmark's (`update_quality_analysis`,
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import convergence_runs  # noqa: E402
 from paired_stats import paired_t  # noqa: E402
 from update_quality_analysis import (  # noqa: E402
     fold_interval,
@@ -247,7 +247,7 @@ def rounding_only(results: Path, record: Mapping[str, Any]) -> str:
     largest named; else ""."""
     method, _, seed = record["run"].partition(" seed ")
     where = Path("sql") / method / f"seed{seed}" / "metrics.jsonl"
-    study, rebuilt = (read_lines(folder / where) for folder in (Path(results) / "study", step_results(results) / "rebuild"))  # fmt: skip
+    study, rebuilt = (convergence_runs.read_metrics(folder / where) for folder in (Path(results) / "study", step_results(results) / "rebuild"))  # fmt: skip
     if len(study) < record["step"] or len(rebuilt) < record["step"]:
         return ""
     largest, named = 0.0, ""
@@ -267,13 +267,6 @@ def rounding_only(results: Path, record: Mapping[str, Any]) -> str:
         f"over steps 1-{record['step']} every reward's mean, length and token count equals the study "
         f"run's and no other value differs by more than {largest:.1e} of itself ({named})"
     )
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """A metrics.jsonl's rows ([] where absent)."""
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def step_section(results: Path, untrained_results: Path = UPDATE_QUALITY) -> str:
