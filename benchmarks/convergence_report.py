@@ -369,8 +369,10 @@ def time_table(data: Mapping[str, Any]) -> str:
     over seeds, the training CPU seconds per step (that median times the training's CPU seconds
     over its wall seconds in `run.json`; CPU time counts this machine's work whatever else ran)
     and the evaluation's CPU seconds. Ratios to the baseline are paired
-    by seed, then the median over seeds: the runs of a seed ran side by side on one machine,
-    while the machine's speed can differ between the sessions that ran different seeds."""
+    by seed, then the median over seeds: the machine's speed can differ between the sessions
+    that ran different seeds, and pairing removes that where a seed's runs shared a machine
+    (where they did not, as in the SQL training study, the ratio is rough and its page says
+    so)."""
     seeds = sorted({seed for runs in data["runs"].values() for seed in runs})
     wall: dict[str, dict[int, float]] = {}
     cpu: dict[str, dict[int, float]] = {}
