@@ -242,11 +242,11 @@ def exact(key: str) -> bool:
 
 def rounding_only(results: Path, record: Mapping[str, Any]) -> str:
     """Where the rebuild's logged steps (its scratch run's metrics.jsonl) differ from the study
-    run's by rounding only: every reward, length and token count equal at every step and every
+    run's by rounding only: every reward's mean, length and token count equal at every step and every
     other value (a spread, an entropy, a gradient norm) within `ROUNDING` of itself, the
     largest named; else ""."""
     method, _, seed = record["run"].partition(" seed ")
-    where = Path("sql") / method / f"seed{seed}" / "metrics.jsonl"
+    where = Path("sql") / method / f"seed{seed}" / convergence_runs.METRICS_FILE
     study, rebuilt = (convergence_runs.read_metrics(folder / where) for folder in (Path(results) / "study", step_results(results) / "rebuild"))  # fmt: skip
     if len(study) < record["step"] or len(rebuilt) < record["step"]:
         return ""
@@ -259,7 +259,7 @@ def rounding_only(results: Path, record: Mapping[str, Any]) -> str:
             if exact(key) or not isinstance(a, float) or not isinstance(b, float):
                 return ""
             relative = abs(a - b) / max(abs(a), abs(b))
-            if relative > ROUNDING:
+            if not relative <= ROUNDING:  # a NaN on either side is not rounding
                 return ""
             if relative > largest:
                 largest, named = relative, key

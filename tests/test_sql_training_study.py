@@ -507,7 +507,7 @@ def test_the_report_says_how_the_measured_policy_was_rebuilt(tmp_path):
     (measured / step.RUN_FILE).write_text(json.dumps(run))
     assert step.provenance(tmp_path).endswith(said)
     # ...a reward's mean differing by any amount, or a float by more than ROUNDING, is not.
-    for key, value in (("rewards/sql_format/mean", 0.5000001), ("grad_norm", 6.2)):
+    for key, value in (("rewards/sql_format/mean", 0.5000001), ("grad_norm", 6.2), ("grad_norm", float("nan"))):  # fmt: skip
         changed = [{**row, key: value} if row["step"] == 7 else row for row in rounded]
         rebuild_run.write_text("".join(json.dumps(row) + "\n" for row in changed))
         assert "it is not the study run's policy" in step.rebuilt(tmp_path)
