@@ -347,9 +347,10 @@ def first_plan_lines(results: Path) -> list[str]:
         "Holm p (the first plan's tests)",
     ]
     header += ["measured again: fold jackknife [95% interval] (n: folds)", "p"]
-    rows, new, weights = [], [], []
+    rows, new, weights, progress = [], [], [], []
     for state in STATES:
         records = again.get(state, {}).get("main", [])
+        progress.append(_progress(state, records))
         folded = plan_2_tests(records, PRIMARY_CONTRASTS)
         for contrast, test in zip(PRIMARY_CONTRASTS, folded, strict=True):
             pre = next(
@@ -374,6 +375,8 @@ def first_plan_lines(results: Path) -> list[str]:
         "they were) and, beside them, with fold-jackknife intervals from the same committed "
         f"samples measured again with folds (`{FOLDS_RESULTS}/`):",
         "",
+        f"Measured again so far: {'; '.join(progress)}.",
+        "",
         *_table(header, rows),
         "",
         "The second plan's estimators on them (fold jackknife, uncorrected):",
@@ -384,6 +387,15 @@ def first_plan_lines(results: Path) -> list[str]:
         "",
         *weights,
     ]
+
+
+def _progress(state: str, records: Sequence[Mapping[str, Any]]) -> str:
+    """How much of a re-measured state's main sample is in: interim numbers say so."""
+    if not records:
+        return f"{state} {NOT_YET}"
+    planned = records[0]["sample_batches"]
+    done = f"{state} {len(records)} of {planned} mini-batches"
+    return done if len(records) >= planned else f"{done} (interim numbers below)"
 
 
 def write_plan_2_report(results: Path) -> Path:

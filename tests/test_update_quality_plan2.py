@@ -456,6 +456,23 @@ def test_the_report_regenerates_byte_for_byte_and_reads_the_planted_pattern(tmp_
         f"| qwen_sql | mrtpo(0.5) - generic(0.5) | {report2._test_cell(generic['test'])} |" in text
     )
     assert "| smollm2_tool_calling | mrtpo(0.5) - gdpo | not measured yet | – |" in text
+    assert "Measured again so far: smollm2_tool_calling not measured yet; qwen_sql 8 of 8" in text
+
+
+def test_a_state_measured_again_in_part_is_reported_as_interim(tmp_path):
+    """Half of qwen_sql's re-measured mini-batches: the report says how many, and that the
+    numbers are interim, above the table whose fold jackknife uses them."""
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    measures = tmp_path / report2.FOLDS_RESULTS / "qwen_sql" / "main" / "measures"
+    for path in sorted(measures.glob("batch*.json"))[4:]:
+        path.unlink()
+    # the planned size, as the real folds/ folder holds it (the first plan's power.json)
+    uq.write_json(measures.parents[1] / uq.POWER_FILE, {"batches": 8})
+    text = report2.write_plan_2_report(tmp_path).read_text()
+    assert (
+        "Measured again so far: smollm2_tool_calling not measured yet; "
+        "qwen_sql 4 of 8 mini-batches (interim numbers below)." in text
+    )
 
 
 def test_the_report_before_any_measurement_says_not_measured_yet(tmp_path):
