@@ -352,13 +352,20 @@ def judge(records: Sequence[Mapping[str, Any]], beta_max: float = BETA_MAX) -> d
 
 
 def goal(state: str, judged: Mapping[str, Any] | None) -> tuple[bool | None, str]:
-    """(holds, the sentence) of the state's goal; holds None where it is not judged."""
+    """(holds, the sentence) of the state's goal; holds None where it is not judged: not
+    measured, or measured in part (interim numbers judge nothing)."""
     compared, kind = SOURCES[state].goal
     what = f"auto {kind.format(compared)} (cosine and gain of the clipped step)"
     if judged is None:
         return None, f"{what}: not judged, {NOT_YET}"
     cosine = judged["intervals"][f"cosine/{compared}"]
     gain = judged["intervals"][f"gain/{compared}"]
+    if judged["batches"] < judged["planned"]:
+        return None, (
+            f"{what}: not judged before all {judged['planned']} mini-batches are measured "
+            f"({judged['batches']} so far; interim: auto - {compared} cosine "
+            f"{_test_cell(cosine)}, gain {_gain_cell(gain)})"
+        )
     end = "high" if kind == NOT_BELOW else "mean"
     holds = cosine[end] >= 0 and gain[end] >= 0
     return holds, (
@@ -402,7 +409,8 @@ def state_lines(state: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
     judged = judge(records)
     lines += [
         f"{judged['batches']} mini-batches measured (of {judged['planned']} planned) in "
-        f"{judged['folds']} folds.",
+        f"{judged['folds']} folds"
+        + ("." if judged["batches"] >= judged["planned"] else ": interim numbers."),
         "",
         "Each fold's beta, from the other folds' agreements with references without it (at "
         "beta 0, and the bound where the walk stopped):",

@@ -120,6 +120,10 @@ def test_a_reallocation_across_or_against_gets_beta_0_and_is_gdpo_exactly(slope)
         }
     held, sentence = offline.goal("smollm2_tool_calling", judged)
     assert held and sentence.startswith("auto not below gdpo's beyond its interval (")
+    # the same numbers with more mini-batches planned than measured: interim, judged nothing
+    held, sentence = offline.goal("smollm2_tool_calling", {**judged, "planned": 43})
+    assert held is None
+    assert "not judged before all 43 mini-batches are measured (16 so far; interim: " in sentence
 
 
 def test_a_reallocation_that_lengthens_gdpos_step_across_the_reference_gets_beta_0():
