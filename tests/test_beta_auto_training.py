@@ -224,6 +224,9 @@ def test_the_report_regenerates_byte_for_byte_from_the_files(tmp_path):
     assert "| 0 | 20 | +0.050 | +0.250 | +0.450 | +0.650 | +0.850 | 15 | 0.40 | 0.180 | none |" in text  # fmt: skip
     assert "| test format rate | 0.500 | 0.600 | 6 | +0.100 | [+0.100, +0.100] |" in text
     assert "| 0 | 5 | 15.0 | 0.062 |" in text  # 5 probes of 15 s over 20 steps of 60 s
+    # the fixture's one gdpo run here (seed 0): the time ratios pair it alone, not side by side
+    assert "The ratios to gdpo pair the seeds with a gdpo run here (0), " in text
+    assert "not a side-by-side timing" in text
     assert "runs that recorded theirs: 5cd58fbc2a89)" in text and "commit 0123456789" in text
     assert json.loads((results / "tool_calling/study.json").read_text())["analysis"] in text
 
