@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from update_quality_analysis import load_measures, per_estimator, primary_tests
+from update_quality_analysis import batch_measures, load_measures, per_estimator, primary_tests
 from update_quality_cap import capped_share
 from update_quality_plan2 import ESTIMATORS_2, FOLDS_RESULTS, PLAN_2_STATES, deviations_2
 from update_quality_plan2_analysis import (
@@ -33,6 +33,7 @@ from update_quality_report import (
 from update_quality_states import (
     ALL_STATES,
     CAP_FILE,
+    ESTIMATORS,
     POWER_FILE,
     PRIMARY_CONTRASTS,
     SAMPLES,
@@ -338,7 +339,8 @@ def first_plan_lines(results: Path) -> list[str]:
     """The first plan's primary contrasts: the pre-registered tests (paired t, Holm over the
     6) beside the fold jackknife's on the same states measured again with folds
     (`FOLDS_RESULTS`), and the second plan's estimators there."""
-    measured = primary_tests(load_measures(results))
+    measured_first = load_measures(results)
+    measured = primary_tests(measured_first)
     again = load_measures(Path(results) / FOLDS_RESULTS)
     header = [
         "state",
@@ -347,10 +349,12 @@ def first_plan_lines(results: Path) -> list[str]:
         "Holm p (the first plan's tests)",
     ]
     header += ["measured again: fold jackknife [95% interval] (n: folds)", "p"]
-    rows, new, weights, progress = [], [], [], []
+    rows, new, weights, progress, reproduced = [], [], [], [], []
     for state in STATES:
         records = again.get(state, {}).get("main", [])
         progress.append(_progress(state, records))
+        first = measured_first.get(state, {}).get("main", [])
+        reproduced.append(_reproduction(state, first, records))
         folded = plan_2_tests(records, PRIMARY_CONTRASTS)
         for contrast, test in zip(PRIMARY_CONTRASTS, folded, strict=True):
             pre = next(
@@ -377,6 +381,10 @@ def first_plan_lines(results: Path) -> list[str]:
         "",
         f"Measured again so far: {'; '.join(progress)}.",
         "",
+        "How closely the same samples measured again reproduce the first plan's cosines (the "
+        "largest absolute difference over each of its estimators on each mini-batch measured "
+        f"in both): {'; '.join(reproduced)}.",
+        "",
         *_table(header, rows),
         "",
         "The second plan's estimators on them (fold jackknife, uncorrected):",
@@ -387,6 +395,31 @@ def first_plan_lines(results: Path) -> list[str]:
         "",
         *weights,
     ]
+
+
+def _reproduction(
+    state: str, first: Sequence[Mapping[str, Any]], again: Sequence[Mapping[str, Any]]
+) -> str:
+    """The largest difference between the first plan's cosine and the re-measurement's, over
+    the first plan's estimators and the mini-batches measured in both (the same samples: they
+    differ by the rounding of the machine that rebuilt the policy)."""
+    by_batch = {r["batch"]: r for r in first}
+    pairs = [(by_batch[r["batch"]], r) for r in again if r["batch"] in by_batch]
+    if not pairs:
+        return f"{state} {NOT_YET}"
+    names = [e for e in ESTIMATORS if all(ESTIMATORS[e][0] in a["directions"] for a, _ in pairs)]
+    largest = max(
+        abs(
+            batch_measures(a, name, a["sample_batches"])["cosine"]
+            - batch_measures(b, name, b["sample_batches"])["cosine"]
+        )
+        for a, b in pairs
+        for name in names
+    )
+    return (
+        f"{state} largest difference {largest:.1e} over {len(pairs)} mini-batches x "
+        f"{len(names)} estimators"
+    )
 
 
 def _progress(state: str, records: Sequence[Mapping[str, Any]]) -> str:

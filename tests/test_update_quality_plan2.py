@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -457,6 +458,9 @@ def test_the_report_regenerates_byte_for_byte_and_reads_the_planted_pattern(tmp_
     )
     assert "| smollm2_tool_calling | mrtpo(0.5) - gdpo | not measured yet | – |" in text
     assert "Measured again so far: smollm2_tool_calling not measured yet; qwen_sql 8 of 8" in text
+    # the fixture's folds records are the first plan's planted ones with folds: the same cosines
+    same = re.search(r"qwen_sql largest difference (\S+) over 8 mini-batches x 11 estimators", text)
+    assert same and float(same.group(1)) < 1e-12
 
 
 def test_a_state_measured_again_in_part_is_reported_as_interim(tmp_path):
@@ -468,11 +472,31 @@ def test_a_state_measured_again_in_part_is_reported_as_interim(tmp_path):
         path.unlink()
     # the planned size, as the real folds/ folder holds it (the first plan's power.json)
     uq.write_json(measures.parents[1] / uq.POWER_FILE, {"batches": 8})
+    # one re-measured mini-batch's gdpo step half again as long along every reference
+    path = measures / "batch002.json"
+    record = json.loads(path.read_text())
+    gdpo = record["directions"]["gdpo"]
+    gdpo["ref_dots"] = [1.5 * v for v in gdpo["ref_dots"]]
+    gdpo["ref_fold_dots"] = [[1.5 * v for v in row] for row in gdpo["ref_fold_dots"]]
+    path.write_text(json.dumps(record))
     text = report2.write_plan_2_report(tmp_path).read_text()
     assert (
         "Measured again so far: smollm2_tool_calling not measured yet; "
         "qwen_sql 4 of 8 mini-batches (interim numbers below)." in text
     )
+    first = {r["batch"]: r for r in uq.load_measures(tmp_path)["qwen_sql"]["main"]}
+    again = uq.load_measures(tmp_path / report2.FOLDS_RESULTS)["qwen_sql"]["main"]
+    largest = max(
+        abs(
+            uq.batch_measures(first[r["batch"]], name, 8)["cosine"]
+            - uq.batch_measures(r, name, 8)["cosine"]
+        )
+        for r in again
+        for name in uq.ESTIMATORS
+    )
+    gdpo_cosine = uq.batch_measures(first[2], "gdpo", 8)["cosine"]
+    assert largest >= 0.5 * abs(gdpo_cosine) * (1 - 1e-9) > 0.01  # at least gdpo's own shift
+    assert f"qwen_sql largest difference {largest:.1e} over 4 mini-batches x 11 estimators" in text
 
 
 def test_the_report_before_any_measurement_says_not_measured_yet(tmp_path):
