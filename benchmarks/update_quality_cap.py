@@ -16,11 +16,17 @@ candidate, 256, as `max_completion_length`). Every later step reads the decision
 
 A sample's `run.json` keeps the cap it was sampled at, and each sample file its own, so a
 folder never mixes caps.
+
+What a cut does to a verdict is measured, not assumed (`cap_effect`): a pilot sampled again at
+a longer cap draws the same prompts with the same seeds, so a response cut at the shorter cap
+has the same first tokens at the longer one; where it ends within the longer cap, each of its
+constraints' verdict on the cut text is paired with the verdict on the whole response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +160,66 @@ def lane_cap(
     if cap is not None and cap != decided:
         raise SystemExit(f"{state}: cap.json decided {decided} new tokens, not --cap {cap}")
     return decided
+
+
+def slot_instructions(state: str) -> dict[str, list[str]]:
+    """{a training row's user prompt: its constraint slots' instruction ids, slot k's k-th}, of
+    the state's task data (reward `constraint_k` is slot k's verdict)."""
+    from mrtpo import tasks
+
+    spec = ALL_STATES[state]
+    dataset = tasks.get(spec.task).load("train", path=spec.data)
+    return {row["prompt"][-1]["content"]: list(row["instruction_id_list"]) for row in dataset}
+
+
+def cap_effect(
+    short: Mapping[int, Mapping[str, Any]],
+    long: Mapping[int, Mapping[str, Any]],
+    caps: tuple[int, int],
+    instructions: Mapping[str, Sequence[str]],
+) -> dict[str, Any]:
+    """What the shorter cap does to each constraint's verdict: the responses of `short` (a
+    pilot's samples, {mini-batch: record}) cut at its cap, paired with the same prompt and seed
+    in `long` (the pilot sampled again at a longer cap); `caps`: (short's, long's). A pair counts where the longer
+    response starts with the cut one's tokens (else "prefix_differs") and ends within its cap
+    (else "cut_again"); each of its constraints (a slot with a verdict in both) is then kept,
+    lost (the whole response satisfies it, the cut text does not) or gained (the reverse).
+    Returns {"cut", "prefix_differs", "cut_again", "ended", "by_instruction": {id: {"pairs",
+    "kept", "lost", "gained"}}}, instruction ids from `instructions` (`slot_instructions`)."""
+    counts = {"cut": 0, "prefix_differs": 0, "cut_again": 0, "ended": 0}
+    by_instruction: dict[str, dict[str, int]] = {}
+    cap, longer = caps
+    for batch, record in sorted(short.items()):
+        other = long.get(batch)
+        if other is None:
+            continue
+        for i, ids in enumerate(record["completion_ids"]):
+            if len(ids) < cap:
+                continue
+            counts["cut"] += 1
+            whole = other["completion_ids"][i]
+            if list(whole[:cap]) != list(ids):
+                counts["prefix_differs"] += 1
+                continue
+            if len(whole) >= longer:
+                counts["cut_again"] += 1
+                continue
+            counts["ended"] += 1
+            slots = instructions[record["prompts"][i][-1]["content"]]
+            for k, instruction in enumerate(slots):
+                cut_verdict, whole_verdict = record["rewards"][i][k], other["rewards"][i][k]
+                if cut_verdict is None or whole_verdict is None:
+                    continue
+                if math.isnan(cut_verdict) or math.isnan(whole_verdict):
+                    continue
+                row = by_instruction.setdefault(
+                    instruction, {"pairs": 0, "kept": 0, "lost": 0, "gained": 0}
+                )
+                row["pairs"] += 1
+                if cut_verdict == whole_verdict:
+                    row["kept"] += 1
+                elif whole_verdict > cut_verdict:
+                    row["lost"] += 1
+                else:
+                    row["gained"] += 1
+    return {**counts, "by_instruction": dict(sorted(by_instruction.items()))}

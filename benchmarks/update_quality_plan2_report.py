@@ -8,13 +8,14 @@ plan's committed samples and power.json copied there, then measured as usual wit
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from update_quality_analysis import batch_measures, load_measures, per_estimator, primary_tests
-from update_quality_cap import capped_share
+from update_quality_cap import cap_effect, capped_share, slot_instructions
 from update_quality_plan2 import ESTIMATORS_2, FOLDS_RESULTS, PLAN_2_STATES, deviations_2
 from update_quality_plan2_analysis import (
     READINGS,
@@ -161,7 +162,15 @@ def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
     main = decision["cap"] if decision else ALL_STATES[state].max_completion_length
     share = capped_share(load_samples(results, state, "main"), state)
     rows.append([f"main at {main}", *_share_cells(share)])
-    lines = _table(["sample", "responses", "at the cap"], rows)
+    lines = [*_table(["sample", "responses", "at the cap"], rows), ""]
+    pilots = {cap: load_samples(results, state, "pilot", cap) for cap in rule["candidates"]}
+    sampled = [cap for cap, samples in pilots.items() if samples]
+    for short, long in itertools.pairwise(sampled):
+        lines += cut_lines(
+            cap_effect(pilots[short], pilots[long], (short, long), slot_instructions(state)),
+            short,
+            long,
+        )
     if decision is None:
         how = f"not decided yet (no `{state}/{CAP_FILE}`: `--decide_cap` once the pilot is sampled)"
     elif decision["decided_by"] == "hand":
@@ -172,7 +181,29 @@ def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
             f"{', '.join(map(str, rule['candidates']))} whose pilot has at most "
             f"{rule['max_capped_share']:.0%} of its responses at the cap; the last if none)"
         )
-    return [*lines, "", f"The cap ({state}/{CAP_FILE}): {how}.", ""]
+    return [*lines, f"The cap ({state}/{CAP_FILE}): {how}.", ""]
+
+
+def cut_lines(effect: Mapping[str, Any], short: int, long: int) -> list[str]:
+    """What the cap at `short` did to the verdicts (`update_quality_cap.cap_effect`): the cut
+    responses that end within `long`, each constraint's verdict on the cut text against the
+    whole response's, per instruction id."""
+    rows = [
+        [name, str(c["pairs"]), str(c["kept"]), str(c["lost"]), str(c["gained"])]
+        for name, c in effect["by_instruction"].items()
+    ]
+    total = {key: sum(c[key] for c in effect["by_instruction"].values()) for key in ("pairs", "kept", "lost", "gained")}  # fmt: skip
+    head = (
+        f"What the cap at {short} does to a verdict (the pilot at {long}: the same prompts and "
+        f"seeds): of the {effect['cut']} responses cut at {short}, {effect['ended']} end within "
+        f"{long} with the cut text as their start ({effect['cut_again']} are cut again, "
+        f"{effect['prefix_differs']} start otherwise). Their {total['pairs']} (response, "
+        f"constraint) verdicts on the cut text against the whole response: {total['kept']} "
+        f"the same, {total['lost']} failed on the cut text and satisfied by the whole, "
+        f"{total['gained']} the reverse."
+    )
+    header = ["instruction", "verdicts", "the same", "lost to the cut", "gained by the cut"]
+    return [head, "", *(_table(header, rows) if rows else []), ""]
 
 
 def _share_cells(share: Mapping[str, Any] | None) -> list[str]:

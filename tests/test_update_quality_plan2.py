@@ -595,11 +595,18 @@ def test_the_weight_table_is_the_mean_and_range_over_mini_batches():
 
 
 def _pilot_samples(folder: Path, cap: int, share: float, stored: bool = True) -> None:
-    """8 pilot mini-batches of 16 responses, `share` of them stopped at `cap`."""
+    """8 pilot mini-batches of 16 responses, `share` of them stopped at `cap`; every prompt a
+    bundled training row's, every verdict 1."""
     capped = round(share * 128)
+    prompt, slots = next(iter(uq.slot_instructions(STATE).items()))
     for batch in range(8):
         ids = [[7] * (cap if 16 * batch + row < capped else 20) for row in range(16)]
-        record = {"completion_ids": ids, **({"max_completion_length": cap} if stored else {})}
+        record = {
+            "completion_ids": ids,
+            "prompts": [[{"role": "user", "content": prompt}]] * 16,
+            "rewards": [[1.0] * len(slots)] * 16,
+            **({"max_completion_length": cap} if stored else {}),
+        }
         name = f"batch{batch:03d}.json"
         uq.write_json(uq.sample_dir(folder, STATE, "pilot", cap) / "samples" / name, record)
 
@@ -639,6 +646,11 @@ def test_the_cap_is_decided_after_the_pilot_in_its_own_file(tmp_path):
     assert "| pilot at 256 | 128 | 38 (29.7%) |" in text
     assert "| pilot at 384 | 128 | 16 (12.5%) |" in text
     assert "**512** new tokens, decided by hand: longer answers." in text
+    # the first 16 cut at 256 are cut again at 384, the other 22 are 20 tokens long there
+    assert (
+        "of the 38 responses cut at 256, 0 end within 384 with the cut text as their start "
+        "(16 are cut again, 22 start otherwise)" in text
+    )
     assert (tmp_path / plan2.PLAN_2_FILE).read_bytes() == stored  # the plan is unchanged
     with pytest.raises(SystemExit, match="--cap is the second plan's"):
         uq.lane_cap(tmp_path, "qwen_sql", "main", 256, sample_only=False)
@@ -647,3 +659,47 @@ def test_the_cap_is_decided_after_the_pilot_in_its_own_file(tmp_path):
     _pilot_samples(tmp_path, 384, 0.5)
     _pilot_samples(tmp_path, 512, 0.4)
     assert uq.decide_cap(tmp_path, STATE, PLAN)["cap"] == 512
+
+
+def test_what_a_cut_does_to_each_constraints_verdict():
+    """Planted pairs of a pilot at 4 new tokens and the same prompts at 8: a response cut at 4
+    that ends at 6 with the cut text as its start (its verdicts compared), one cut again at 8,
+    one that starts otherwise, one that ended before the cut (not counted)."""
+    nan = float("nan")
+    rows = {"p": ["length:min", "case:lower"], "q": ["length:min", "case:lower", "end:phrase"]}
+
+    def record(ids, prompts, rewards):
+        messages = [[{"role": "user", "content": p}] for p in prompts]
+        return {"completion_ids": ids, "prompts": messages, "rewards": rewards}
+
+    short = {
+        0: record(
+            [[1, 2, 3, 4], [1, 2, 3, 4], [5, 6, 7, 8], [1, 2]],
+            ["p", "q", "p", "q"],
+            [[0.0, 1.0, nan], [0.0, 0.0, 1.0], [0.0, 0.0, nan], [1.0, 1.0, 1.0]],
+        ),
+        1: record([[9, 9, 9, 9]], ["q"], [[1.0, 0.0, 0.0]]),
+    }
+    long = {
+        0: record(
+            [[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7, 8], [5, 6, 0, 0, 1], [1, 2]],
+            ["p", "q", "p", "q"],
+            [[1.0, 1.0, nan], [1.0, 1.0, 1.0], [1.0, 1.0, nan], [1.0, 1.0, 1.0]],
+        ),
+        1: record([[9, 9, 9, 9, 1]], ["q"], [[1.0, 1.0, nan]]),
+    }
+    effect = uq.cap_effect(short, long, (4, 8), rows)
+    assert {k: effect[k] for k in ("cut", "prefix_differs", "cut_again", "ended")} == {
+        "cut": 4, "prefix_differs": 1, "cut_again": 1, "ended": 2
+    }  # fmt: skip
+    # batch 0 row 0 (p): length lost to the cut, case kept; batch 1 (q): length kept, case
+    # lost, the phrase's verdict missing at 8 (no pair)
+    assert effect["by_instruction"] == {
+        "case:lower": {"pairs": 2, "kept": 1, "lost": 1, "gained": 0},
+        "length:min": {"pairs": 2, "kept": 1, "lost": 1, "gained": 0},
+    }
+    text = "\n".join(report2.cut_lines(effect, 4, 8))
+    assert "of the 4 responses cut at 4, 2 end within 8 with the cut text as their start" in text
+    assert "Their 4 (response, constraint) verdicts on the cut text against the whole " in text
+    assert "2 the same, 2 failed on the cut text and satisfied by the whole, 0 the reverse." in text
+    assert "| case:lower | 2 | 1 | 1 | 0 |" in text
