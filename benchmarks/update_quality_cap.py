@@ -180,9 +180,9 @@ def cap_effect(
 ) -> dict[str, Any]:
     """What the shorter cap does to each constraint's verdict: the responses of `short` (a
     pilot's samples, {mini-batch: record}) cut at its cap, paired with the same prompt and seed
-    in `long` (the pilot sampled again at a longer cap); `caps`: (short's, long's). A pair counts where the longer
-    response starts with the cut one's tokens (else "prefix_differs") and ends within its cap
-    (else "cut_again"); each of its constraints (a slot with a verdict in both) is then kept,
+    in `long` (the pilot sampled again at a longer cap); `caps`: (short's, long's). A pair
+    counts where the longer response starts with the cut one's tokens (else "prefix_differs")
+    and ends within its cap (else "cut_again"); each of its constraints (a slot with a verdict in both) is then kept,
     lost (the whole response satisfies it, the cut text does not) or gained (the reverse).
     Returns {"cut", "prefix_differs", "cut_again", "ended", "by_instruction": {id: {"pairs",
     "kept", "lost", "gained"}}}, instruction ids from `instructions` (`slot_instructions`)."""
