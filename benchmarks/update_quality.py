@@ -40,7 +40,8 @@ report (`update_quality_plan2_analysis.py`, `update_quality_plan2_report.py`):
 `--power --state qwen_instructions` sizes its main sample by its rule and budget, and
 `--report` writes `plan-2-report.md` beside README.md. Its new-token cap is decided after the
 pilot's samples (`--sample pilot --sample_only`, then `--decide_cap`: `update_quality_cap.py`)
-into `qwen_instructions/cap.json`, which every later step reads.
+into `qwen_instructions/cap.json`, which every later step reads. Its main sample may be sampled
+before the power step (`--sample main --sample_only --ahead N`: `main_batches`).
 
 A checkpoint state (`update_quality_states.CHECKPOINT_STATES`, in neither plan) measures a
 policy a training run kept along the way: its main sample alone, of a fixed size and folds,
@@ -117,13 +118,34 @@ from update_quality_weights import *  # noqa: E402, F403
 # ----------------------------------------------------------------------------- command line
 
 
-def main_batches(results: Path, state: str) -> int:
+def main_batches(results: Path, state: str, ahead: int | None = None) -> int:
     """The main sample's size: the pilot's power calculation (`--power`) decides it, a
-    checkpoint state fixes it."""
+    checkpoint state fixes it. `ahead` (`--ahead`, with `--sample_only`): that many sampled
+    before the power step, while the machine's memory goes to another state's pass; a
+    mini-batch's prompts and seed follow from its index alone (`batch_rows`, `seed_base`), so
+    these are the very mini-batches the main run would draw. The measure pass then refuses
+    while any sampled ahead lies beyond the power step's number: those are removed unmeasured,
+    so that no measured sample is chosen after the fact."""
     batches = main_sample_size(results, state)
+    if ahead is not None:
+        if batches is not None:
+            raise SystemExit(
+                f"--ahead {ahead}: {state}'s main sample is sized already ({batches} mini-batches, "
+                f"{state_dir(results, state) / POWER_FILE}): run without --ahead"
+            )
+        if ahead < 1:
+            raise SystemExit(f"--ahead must be at least 1, got {ahead}")
+        return ahead
     if batches is None:
         raise SystemExit(
             f"no {state_dir(results, state) / POWER_FILE}: run the pilot and --power first"
+        )
+    folder = sample_dir(results, state, "main") / "samples"
+    beyond = sorted(p.name for p in folder.glob("batch*.json") if int(p.stem[5:]) >= batches)
+    if beyond:
+        raise SystemExit(
+            f"{folder}: {', '.join(beyond)} sampled ahead beyond the main sample's {batches} "
+            f"mini-batches ({POWER_FILE}): remove them (unmeasured) first"
         )
     return batches
 
@@ -251,6 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add("--sample_only", action="store_true", help="sample the mini-batches, then stop")
     add(
+        "--ahead",
+        type=int,
+        help="--sample main --sample_only before the power step: sample the main sample's "
+        "first N mini-batches now (those beyond the power step's number are removed unmeasured)",
+    )
+    add(
         "--commit",
         action="store_true",
         help="git-commit each mini-batch's sample and measure file (and run.json) as written, so "
@@ -290,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.state is None:
         parser.error("--state is required unless --report")
+    if args.ahead is not None and (args.sample != "main" or not args.sample_only):
+        parser.error("--ahead samples the main sample only: with --sample main --sample_only")
     folds = run_folds(args)
     if args.decide_cap:
         decided = decide_cap(
@@ -337,7 +367,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         record_plan(args.results)
         if args.state in PLAN_2_STATES:  # the second plan, stored before its first measurement
             record_plan(args.results, plan_2(), PLAN_2_FILE)
-    batches = PILOT_BATCHES if args.sample == "pilot" else main_batches(args.results, args.state)
+    batches = (
+        PILOT_BATCHES
+        if args.sample == "pilot"
+        else main_batches(args.results, args.state, args.ahead)
+    )
     lane = Lane(
         args.results,
         args.state,

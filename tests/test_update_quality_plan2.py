@@ -253,6 +253,29 @@ def test_the_power_command_writes_the_sizing_beside_the_unchanged_plan(tmp_path)
     assert (tmp_path / plan2.PLAN_2_FILE).read_bytes() == stored
 
 
+def test_the_main_sample_sampled_ahead_of_the_power_step_is_cut_to_its_size(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="run the pilot and --power first"):
+        uq.main_batches(tmp_path, STATE)
+    assert uq.main_batches(tmp_path, STATE, ahead=5) == 5
+    with pytest.raises(SystemExit, match="--ahead must be at least 1"):
+        uq.main_batches(tmp_path, STATE, ahead=0)
+    samples = tmp_path / STATE / "main" / "samples"
+    for batch in range(5):  # what `--ahead 5` leaves
+        uq.write_json(samples / f"batch{batch:03d}.json", {"batch": batch})
+    uq.write_json(tmp_path / STATE / uq.POWER_FILE, {"batches": 3})
+    with pytest.raises(SystemExit, match="sized already \\(3 mini-batches"):
+        uq.main_batches(tmp_path, STATE, ahead=5)
+    with pytest.raises(SystemExit, match="batch003.json, batch004.json sampled ahead beyond"):
+        uq.main_batches(tmp_path, STATE)
+    for batch in (3, 4):
+        (samples / f"batch{batch:03d}.json").unlink()
+    assert uq.main_batches(tmp_path, STATE) == 3
+    for sample in (["--sample", "pilot", "--sample_only"], ["--sample", "main"]):
+        with pytest.raises(SystemExit):
+            uq.main(["--results", str(tmp_path), "--state", STATE, *sample, "--ahead", "2"])
+        assert "--ahead samples the main sample only" in capsys.readouterr().err
+
+
 def _adjusted_by_hand(pvalues: list[float]) -> list[float]:
     order = sorted(range(3), key=lambda i: pvalues[i])
     adjusted, running = [0.0] * 3, 0.0
