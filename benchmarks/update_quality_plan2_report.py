@@ -40,6 +40,7 @@ from update_quality_states import (
     SAMPLES,
     STATES,
     load_samples,
+    main_sample_size,
     read_json,
     state_dir,
 )
@@ -160,9 +161,18 @@ def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
         if share is not None or cap == rule["candidates"][0]:
             rows.append([f"pilot at {cap}", *_share_cells(share)])
     main = decision["cap"] if decision else ALL_STATES[state].max_completion_length
-    share = capped_share(load_samples(results, state, "main"), state)
-    rows.append([f"main at {main}", *_share_cells(share)])
+    samples, size = load_samples(results, state, "main"), main_sample_size(results, state)
+    share = capped_share(samples, state)
+    ahead = f" ({len(samples)} mini-batches sampled ahead of the power step)"
+    rows.append([f"main at {main}" + (ahead if samples and size is None else ""), *_share_cells(share)])  # fmt: skip
     lines = [*_table(["sample", "responses", "at the cap"], rows), ""]
+    if share is not None and share["share"] > rule["max_capped_share"]:
+        lines += [
+            f"The main sample has more than the rule's {rule['max_capped_share']:.0%} at the cap: "
+            "the rule is applied to the pilot alone, and the main sample keeps the decided cap "
+            "(the plan); its share is reported as it is.",
+            "",
+        ]
     pilots = {cap: load_samples(results, state, "pilot", cap) for cap in rule["candidates"]}
     sampled = [cap for cap, samples in pilots.items() if samples]
     for short, long in itertools.pairwise(sampled):

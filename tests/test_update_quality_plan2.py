@@ -674,6 +674,21 @@ def test_the_cap_is_decided_after_the_pilot_in_its_own_file(tmp_path):
         "of the 38 responses cut at 256, 0 end within 384 with the cut text as their start "
         "(16 are cut again, 22 start otherwise)" in text
     )
+    assert "main at 512 | not measured yet" in text
+    # a main sample sampled ahead (`--ahead 4`), 20 of its 64 responses at the cap
+    for batch in range(4):
+        ids = [[7] * (512 if 16 * batch + row < 20 else 30) for row in range(16)]
+        record = {"completion_ids": ids, "max_completion_length": 512}
+        uq.write_json(tmp_path / STATE / "main" / "samples" / f"batch{batch:03d}.json", record)
+    text = "\n".join(report2.cap_lines(tmp_path, STATE, PLAN))
+    assert (
+        "| main at 512 (4 mini-batches sampled ahead of the power step) | 64 | 20 (31.2%) |" in text
+    )
+    assert "The main sample has more than the rule's 20% at the cap" in text
+    uq.write_json(tmp_path / STATE / uq.POWER_FILE, {"batches": 4})
+    assert "| main at 512 | 64 | 20 (31.2%) |" in "\n".join(
+        report2.cap_lines(tmp_path, STATE, PLAN)
+    )
     assert (tmp_path / plan2.PLAN_2_FILE).read_bytes() == stored  # the plan is unchanged
     with pytest.raises(SystemExit, match="--cap is the second plan's"):
         uq.lane_cap(tmp_path, "qwen_sql", "main", 256, sample_only=False)
