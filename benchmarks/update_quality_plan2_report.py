@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from paired_stats import holm
 from update_quality_analysis import batch_measures, load_measures, per_estimator, primary_tests
 from update_quality_cap import cap_effect, capped_share, slot_instructions
 from update_quality_plan2 import ESTIMATORS_2, FOLDS_RESULTS, PLAN_2_STATES, deviations_2
@@ -389,8 +390,13 @@ def first_plan_lines(results: Path) -> list[str]:
         "pre-registered: mean [95% paired t]",
         "Holm p (the first plan's tests)",
     ]
-    header += ["measured again: fold jackknife [95% interval] (n: folds)", "p"]
+    header += [
+        "measured again: fold jackknife [95% interval] (n: folds)",
+        "p",
+        "Holm p (fold jackknife)",
+    ]
     rows, new, weights, progress, reproduced = [], [], [], [], []
+    jackknife_p = {}  # row: the fold jackknife's p, for Holm over the same tests as the first plan
     for state in STATES:
         records = again.get(state, {}).get("main", [])
         progress.append(_progress(state, records))
@@ -405,6 +411,8 @@ def first_plan_lines(results: Path) -> list[str]:
             cells += [_test_cell(pre["test"]), _p(pre["holm_p"])] if pre else [NOT_YET, "–"]
             jack = test["test"]
             cells += [_test_cell(jack), _p(jack["p"])] if jack else [NOT_YET, "–"]
+            if jack:
+                jackknife_p[len(rows)] = jack["p"]
             rows.append(cells)
         for test in plan_2_tests(records, FIRST_STATES_NEW):
             jack = test["test"]
@@ -413,6 +421,9 @@ def first_plan_lines(results: Path) -> list[str]:
                 [*cells, _test_cell(jack), _p(jack["p"])] if jack else [*cells, NOT_YET, "–"]
             )
         weights += [f"{state} (main sample):", "", *weight_lines(records)]
+    adjusted = holm(jackknife_p)
+    for row, cells in enumerate(rows):
+        cells.append(_p(adjusted[row]) if row in adjusted else "–")
     return [
         "## The first plan's states, measured again with folds",
         "",
@@ -425,6 +436,9 @@ def first_plan_lines(results: Path) -> list[str]:
         "How closely the same samples measured again reproduce the first plan's cosines (the "
         "largest absolute difference over each of its estimators on each mini-batch measured "
         f"in both): {'; '.join(reproduced)}.",
+        "",
+        "The last column: Holm's correction over the fold-jackknife tests of the first plan's "
+        f"six measured so far ({len(jackknife_p)}), as the first plan's over its own.",
         "",
         *_table(header, rows),
         "",

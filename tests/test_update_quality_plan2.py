@@ -475,6 +475,12 @@ def test_the_report_regenerates_byte_for_byte_and_reads_the_planted_pattern(tmp_
             f"{test['high']:+.4f}] (n = 8) |"
         )
         assert row in text
+    # Holm over the fold jackknife's tests measured again (here qwen_sql's 3), by hand
+    folded = {c: uq.fold_test(again, *c)["p"] for c in sql}
+    for contrast, adjusted in zip(sql, _adjusted_by_hand(list(folded.values())), strict=True):
+        cells = f"| {report2._p(folded[contrast])} | {report2._p(adjusted)} |\n"
+        assert f"| qwen_sql | {' - '.join(contrast)} |" in text.split(cells)[0].rsplit("\n", 1)[-1]
+    assert "fold-jackknife tests of the first plan's six measured so far (3)" in text
     (generic,) = analysis2.plan_2_tests(again, [("mrtpo(0.5)", "generic(0.5)")])
     assert (
         f"| qwen_sql | mrtpo(0.5) - generic(0.5) | {report2._test_cell(generic['test'])} |" in text
