@@ -164,8 +164,10 @@ def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
     main = decision["cap"] if decision else ALL_STATES[state].max_completion_length
     samples, size = load_samples(results, state, "main"), main_sample_size(results, state)
     share = capped_share(samples, state)
-    ahead = f" ({len(samples)} mini-batches sampled ahead of the power step)"
-    rows.append([f"main at {main}" + (ahead if samples and size is None else ""), *_share_cells(share)])  # fmt: skip
+    label = f"main at {main}"
+    if samples and size is None:
+        label += f" ({len(samples)} mini-batches sampled ahead of the power step)"
+    rows.append([label, *_share_cells(share)])
     lines = [*_table(["sample", "responses", "at the cap"], rows), ""]
     if share is not None and share["share"] > rule["max_capped_share"]:
         lines += [
