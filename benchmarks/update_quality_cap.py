@@ -182,8 +182,9 @@ def cap_effect(
     pilot's samples, {mini-batch: record}) cut at its cap, paired with the same prompt and seed
     in `long` (the pilot sampled again at a longer cap); `caps`: (short's, long's). A pair
     counts where the longer response starts with the cut one's tokens (else "prefix_differs")
-    and ends within its cap (else "cut_again"); each of its constraints (a slot with a verdict in both) is then kept,
-    lost (the whole response satisfies it, the cut text does not) or gained (the reverse).
+    and ends within its cap (else "cut_again"); each of its constraints (a slot with a verdict
+    in both) is then kept, lost (the whole response satisfies it, the cut text does not) or
+    gained (the reverse).
     Returns {"cut", "prefix_differs", "cut_again", "ended", "by_instruction": {id: {"pairs",
     "kept", "lost", "gained"}}}, instruction ids from `instructions` (`slot_instructions`)."""
     counts = {"cut": 0, "prefix_differs": 0, "cut_again": 0, "ended": 0}

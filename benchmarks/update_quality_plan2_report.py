@@ -157,8 +157,9 @@ def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
     decision = read_json(state_dir(results, state) / CAP_FILE)
     rule = plan["cap_rule"]
     rows = []
-    for cap in rule["candidates"]:
-        share = capped_share(load_samples(results, state, "pilot", cap), state)
+    pilots = {cap: load_samples(results, state, "pilot", cap) for cap in rule["candidates"]}
+    for cap, samples in pilots.items():
+        share = capped_share(samples, state)
         if share is not None or cap == rule["candidates"][0]:
             rows.append([f"pilot at {cap}", *_share_cells(share)])
     main = decision["cap"] if decision else ALL_STATES[state].max_completion_length
@@ -176,7 +177,6 @@ def cap_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]:
             "(the plan); its share is reported as it is.",
             "",
         ]
-    pilots = {cap: load_samples(results, state, "pilot", cap) for cap in rule["candidates"]}
     sampled = [cap for cap, samples in pilots.items() if samples]
     for short, long in itertools.pairwise(sampled):
         lines += cut_lines(
@@ -205,7 +205,10 @@ def cut_lines(effect: Mapping[str, Any], short: int, long: int) -> list[str]:
         [name, str(c["pairs"]), str(c["kept"]), str(c["lost"]), str(c["gained"])]
         for name, c in effect["by_instruction"].items()
     ]
-    total = {key: sum(c[key] for c in effect["by_instruction"].values()) for key in ("pairs", "kept", "lost", "gained")}  # fmt: skip
+    total = {
+        key: sum(c[key] for c in effect["by_instruction"].values())
+        for key in ("pairs", "kept", "lost", "gained")
+    }
     head = (
         f"What the cap at {short} does to a verdict (the pilot at {long}: the same prompts and "
         f"seeds): of the {effect['cut']} responses cut at {short}, {effect['ended']} end within "
