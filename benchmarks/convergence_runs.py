@@ -36,14 +36,16 @@ METRICS_FILE, EVAL_FILE, RUN_FILE, STUDY_FILE = (
     "run.json",
     "study.json",
 )
-# Method name -> MRTPOConfig overrides: the only thing that differs between methods.
+# Method name -> MRTPOConfig overrides: the only thing that differs between methods. MRTPO's
+# beta is the paper's 0.5, fixed, as these runs measured it (`mrtpo train` now defaults to auto).
+FIXED_BETA = {"advantage_estimator": "mrtpo", "mrtpo_beta": 0.5}
 METHODS: dict[str, dict[str, Any]] = {
     "grpo": {"advantage_estimator": "grpo"},
     "gdpo": {"advantage_estimator": "gdpo"},
-    "mrtpo": {"advantage_estimator": "mrtpo"},
-    "mrtpo_shuffled": {"advantage_estimator": "mrtpo", "shuffle_token_weights": True},
+    "mrtpo": FIXED_BETA,
+    "mrtpo_shuffled": {**FIXED_BETA, "shuffle_token_weights": True},
     # Replayed with the verifier information of a row of another prompt (the placebo control).
-    "mrtpo_placebo": {"advantage_estimator": "mrtpo", "replay_information": "placebo"},
+    "mrtpo_placebo": {**FIXED_BETA, "replay_information": "placebo"},
 }
 BASELINE, PROPOSED = "gdpo", "mrtpo"  # the paired difference PROPOSED - BASELINE
 THRESHOLD, WINDOW = 0.8, 3  # steps to a training format reward of 0.8, rolling mean of 3

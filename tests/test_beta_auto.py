@@ -207,7 +207,6 @@ def test_next_auto_beta_rises_only_on_a_positive_bound_and_stays_in_range():
     "settings, message",
     [
         (dict(mrtpo_beta="sometimes"), "mrtpo_beta must be a number in \\[0, 1\\] or 'auto'"),
-        (dict(mrtpo_beta="auto", advantage_estimator="gdpo"), "advantage_estimator='gdpo'"),
         (dict(mrtpo_beta="auto", mrtpo_beta_max=1.5), "mrtpo_beta_max"),
         (dict(mrtpo_beta="auto", mrtpo_beta_step=0.0), "mrtpo_beta_step"),
         (dict(mrtpo_beta="auto", mrtpo_beta_probe_every=0), "mrtpo_beta_probe_every"),
@@ -217,6 +216,15 @@ def test_next_auto_beta_rises_only_on_a_positive_bound_and_stays_in_range():
 def test_config_refuses_bad_auto_settings_naming_the_option(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message):
         MRTPOConfig(output_dir=str(tmp_path), **CPU_RUN, **settings)
+
+
+@pytest.mark.parametrize("estimator", ["gdpo", "grpo"])
+def test_auto_under_a_baseline_estimator_is_its_beta_0(tmp_path, estimator):
+    # `mrtpo train --config <recipe with auto> --advantage_estimator gdpo`: the baseline runs
+    config = MRTPOConfig(
+        output_dir=str(tmp_path), **CPU_RUN, mrtpo_beta="auto", advantage_estimator=estimator
+    )
+    assert config.mrtpo_beta == 0.0 and not config.beta_is_auto
 
 
 def test_the_command_line_reads_auto_and_numbers(tmp_path):

@@ -296,6 +296,8 @@ def test_train_default_output_dir_and_config(echo_task, tmp_path, monkeypatch):
     assert config.max_steps == CPU_DEFAULTS["max_steps"]
     assert config.num_generations == CPU_DEFAULTS["num_generations"]
     assert config.advantage_estimator == "gdpo" and script_args.task == "echo"
+    assert config.mrtpo_beta == 0.0 and not config.beta_is_auto  # the default auto: GDPO's 0
+    assert parse_args(["--task", "echo"])[2].beta_is_auto  # MRTPO: beta from its gradients
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
@@ -414,7 +416,7 @@ def test_recipe_parses_with_mrtpo_train(recipe):
         assert merged[key] == value, key
     if gpu:
         assert (values["use_vllm"], values["vllm_mode"], values["bf16"]) == (True, "colocate", True)
-        assert (values["mrtpo_beta"], values["mrtpo_warmup_steps"]) == (0.5, 10)
+        assert (values["mrtpo_beta"], values["mrtpo_warmup_steps"]) == ("auto", 10)
         assert (values["adam_beta1"], values["adam_beta2"]) == (0.9, 0.999)
 
 
@@ -469,7 +471,8 @@ def test_train_mrtpo_two_steps_on_tool_calling(tiny_model_dir, tmp_path, capsys)
     code, stdout, _ = run_cli(
         ["train", "--task", "tool_calling", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
          "--max_steps", "2", "--max_completion_length", "6", "--num_generations", "2",
-         "--per_device_train_batch_size", "4", "--max_train_examples", "8", "--mrtpo_warmup_steps", "0"],
+         "--per_device_train_batch_size", "4", "--max_train_examples", "8", "--mrtpo_warmup_steps", "0",
+         "--mrtpo_beta", "0.5"],
         capsys,
     )  # fmt: skip
     assert code == 0

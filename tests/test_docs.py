@@ -51,7 +51,7 @@ def test_cli_reference_groups_train_options_by_their_dataclass():
     ours = page.index("### MRTPO's settings (`MRTPOConfig`)")
     assert page.index("### What to train") < ours < page.index("TRL's `GRPOConfig`")
     mrtpo_row = next(line for line in page.splitlines() if line.startswith("| `--mrtpo_beta`"))
-    assert "| float or 'auto' | `0.5` |" in mrtpo_row and "beta in [0, 1]" in mrtpo_row
+    assert "| float or 'auto' | `auto` |" in mrtpo_row and "beta in [0, 1]" in mrtpo_row
     # mrtpo train's own CPU defaults, as its parser sets them, not TRL's.
     steps_row = next(
         line for line in page.splitlines() if line.lstrip().startswith("| `--max_steps`")

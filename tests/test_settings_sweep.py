@@ -88,12 +88,11 @@ def expected_refusal(combination: dict[str, Any]) -> str | None:
     """The option whose refusal a combination must meet before training, None if it must train
     (in the order `MRTPOConfig` checks them).
 
-    An automatic beta is MRTPO's, so GDPO and GRPO have none to choose. The entropy control
-    replays nothing, so another information would go nowhere; contrastive relevance replays the
-    own information against the placebo's, so another would replace its own side.
+    GDPO and GRPO have no beta, so an automatic one trains as their beta 0 (a recipe's `auto`
+    under `--advantage_estimator gdpo`). The entropy control replays nothing, so another
+    information would go nowhere; contrastive relevance replays the own information against
+    the placebo's, so another would replace its own side.
     """
-    if combination["mrtpo_beta"] == "auto" and combination["advantage_estimator"] != "mrtpo":
-        return "mrtpo_beta"
     if (
         combination["token_relevance"] in ("entropy", "contrastive")
         and combination["replay_information"] != "own"
@@ -245,7 +244,6 @@ MUST_REFUSE = [
     ),
     ({"num_generations": 3}, "num_generations"),  # 8 rows a batch: not whole groups
     ({"mrtpo_beta": 1.5}, "mrtpo_beta"),
-    ({"mrtpo_beta": "auto", "advantage_estimator": "gdpo"}, "mrtpo_beta"),
     ({"token_relevance": "contrastive", "replay_information": "generic"}, "replay_information"),
     ({"replay_batch_size": 0}, "replay_batch_size"),
 ]

@@ -73,7 +73,8 @@ class MRTPOConfig(GRPOConfig):
             "most mrtpo_beta_max) while more beta turns the clipped step towards an independent "
             "estimate of the summed reward's policy gradient (one-sided 95-percent lower bound "
             "of the recent probes' agreement, the sign of the step's cosine's derivative in "
-            "beta, above 0), down otherwise (docs/METHOD.md, 'beta from the step's own evidence')."
+            "beta, above 0), down otherwise (docs/METHOD.md, 'beta from the step's own evidence'). "
+            "GDPO and GRPO have no beta: with them either value has no effect."
         },
     )
     mrtpo_beta_max: float = field(
@@ -276,11 +277,9 @@ class MRTPOConfig(GRPOConfig):
                 f"{self.mrtpo_beta_window!r}"
             )
         if self.beta_is_auto and not advantages.get_estimator(self.advantage_estimator).token_level:
-            raise ValueError(
-                f"mrtpo_beta={BETA_AUTO!r} chooses MRTPO's beta; with advantage_estimator="
-                f"{self.advantage_estimator!r} there is no beta: use advantage_estimator='mrtpo' "
-                "or a number"
-            )
+            # A recipe's `auto` under `--advantage_estimator gdpo` (its baseline): GDPO and GRPO
+            # have no beta and ignore a number; 0 is the step they take, and nothing is probed.
+            self.mrtpo_beta = 0.0
 
     def _check_reward_weighting(self) -> None:
         if self.reward_weighting not in WEIGHTINGS:

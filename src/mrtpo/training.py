@@ -32,6 +32,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "gradient_accumulation_steps": 2,
     "max_completion_length": 96,
     "max_steps": 8,
+    "mrtpo_beta": "auto",  # beta from the run's own gradients (docs/METHOD.md); 0.5 is the paper's
     "mrtpo_warmup_steps": 5,
     "learning_rate": 1e-5,
     "lr_scheduler_type": "constant",
