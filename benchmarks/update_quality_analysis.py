@@ -280,6 +280,41 @@ def restricted(record: Mapping[str, Any], folds: Sequence[int]) -> dict[str, Any
     return {**record, "ref_gram": gram.sum(axis=(2, 3)).tolist(), "directions": directions}
 
 
+def reference_agreement(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """How much the summed reward's reference agrees with itself across folds: per mini-batch
+    and pair of folds (f < g, both parts non-zero), the cosine between the two folds' parts of
+    its reference. Near 0, one group of prompts shares no direction of improvement with another,
+    and every estimator's cosine with the reference is near 0 whatever the estimator. Returns
+    the pairs' count, mean, standard deviation, min and max, and `ceiling`: the cosine with the
+    whole reference (F folds) of a direction that is exactly what the folds share, at the mean
+    agreement c, sqrt(F c / (1 + (F - 1) c)) (the Spearman-Brown step-up, the folds taken as
+    equal; 0 where c <= 0). None without records measured with folds."""
+    cosines, folds = [], 0
+    for record in records:
+        if "ref_fold_gram" not in record:
+            return None
+        # every kept reference's parts summed: the summed reward's (its weights are 1)
+        gram = np.asarray(record["ref_fold_gram"], dtype=float).sum(axis=(0, 1))
+        folds = max(folds, len(gram))
+        for f in range(len(gram)):
+            for g in range(f + 1, len(gram)):
+                if gram[f, f] > 0 and gram[g, g] > 0:
+                    cosines.append(gram[f, g] / math.sqrt(gram[f, f] * gram[g, g]))
+    if not cosines:
+        return None
+    mean = float(np.mean(cosines))
+    ceiling = math.sqrt(folds * mean / (1 + (folds - 1) * mean)) if mean > 0 else 0.0
+    return {
+        "pairs": len(cosines),
+        "mean": mean,
+        "sd": float(np.std(cosines, ddof=1)) if len(cosines) > 1 else float("nan"),
+        "min": float(min(cosines)),
+        "max": float(max(cosines)),
+        "folds": folds,
+        "ceiling": ceiling,
+    }
+
+
 def cosine_differences(records: Sequence[Mapping[str, Any]], first: str, second: str) -> np.ndarray:
     """Per mini-batch, the cosine of `first` minus that of `second` (summed reward)."""
     return np.array(

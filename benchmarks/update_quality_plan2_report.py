@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 from paired_stats import holm
-from update_quality_analysis import batch_measures, load_measures, per_estimator, primary_tests
+from update_quality_analysis import (
+    batch_measures,
+    load_measures,
+    per_estimator,
+    primary_tests,
+    reference_agreement,
+)
 from update_quality_cap import cap_effect, capped_share, slot_instructions
 from update_quality_plan2 import ESTIMATORS_2, FOLDS_RESULTS, PLAN_2_STATES, deviations_2
 from update_quality_plan2_analysis import (
@@ -457,6 +463,55 @@ def first_plan_lines(results: Path) -> list[str]:
     ]
 
 
+def _count(records: Sequence[Mapping[str, Any]]) -> str:
+    """A sample's mini-batches measured, and of how many where it is not complete."""
+    planned = records[0]["sample_batches"]
+    return f"{len(records)}" if len(records) >= planned else f"{len(records)} of {planned}"
+
+
+def agreement_lines(results: Path) -> list[str]:
+    """Exploratory, added after the plan: per state and sample measured with folds, how much
+    its reference agrees with itself across folds (`reference_agreement`), beside gdpo's mean
+    cosine with it."""
+    sources = [(results, PLAN_2_STATES, "")]
+    sources.append((Path(results) / FOLDS_RESULTS, STATES, f" (`{FOLDS_RESULTS}/`)"))
+    rows = []
+    for folder, states, where in sources:
+        for state in states:
+            for sample, records in load_measures(folder, [state]).get(state, {}).items():
+                agreement = reference_agreement(records)
+                if agreement is None:
+                    continue
+                gdpo = np.mean(per_estimator(records, estimators=["gdpo"])["gdpo"]["cosine"])
+                rows.append(
+                    [
+                        f"{state}{where}",
+                        f"{sample} ({_count(records)})",
+                        str(agreement["pairs"]),
+                        f"{agreement['mean']:+.3f} (sd {agreement['sd']:.3f}; "
+                        f"{agreement['min']:+.3f} to {agreement['max']:+.3f})",
+                        f"{agreement['ceiling']:.2f}",
+                        f"{gdpo:+.3f}",
+                    ]
+                )
+    header = ["state", "sample (mini-batches)", "fold pairs", "mean cosine between two folds' "
+              "parts (sd; range)", "ceiling", "gdpo's mean cosine"]  # fmt: skip
+    return [
+        "## How much each state's reference agrees with itself (exploratory)",
+        "",
+        "Added after the plan (2026-12-07), not one of its tests. Each mini-batch's reference "
+        "is kept in folds of other mini-batches; the cosine between two folds' parts says how "
+        "much of the summed reward's policy gradient one group of prompts shares with another. "
+        "Near 0, every estimator's cosine with the reference is near 0 whatever the estimator, "
+        "and the endpoint cannot tell estimators apart. Ceiling: the cosine with the whole "
+        "reference of a direction that is exactly what the folds share (sqrt(F c / (1 + "
+        "(F - 1) c)) at the mean agreement c, the folds taken as equal).",
+        "",
+        *(_table(header, rows) if rows else [f"No state measured with folds: {NOT_YET}."]),
+        "",
+    ]
+
+
 def _reproduction(
     state: str, first: Sequence[Mapping[str, Any]], again: Sequence[Mapping[str, Any]]
 ) -> str:
@@ -508,6 +563,7 @@ def write_plan_2_report(results: Path) -> Path:
     for state in PLAN_2_STATES:
         lines += state_lines(results, state, plan)
     lines += first_plan_lines(results)
+    lines += agreement_lines(results)
     path = results / REPORT_2
     path.write_text("\n".join(lines))
     return path

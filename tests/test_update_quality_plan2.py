@@ -490,6 +490,17 @@ def test_the_report_regenerates_byte_for_byte_and_reads_the_planted_pattern(tmp_
     # the fixture's folds records are the first plan's planted ones with folds: the same cosines
     same = re.search(r"qwen_sql largest difference (\S+) over 8 mini-batches x 11 estimators", text)
     assert same and float(same.group(1)) < 1e-12
+    # the exploratory agreement section: each sample's row from `reference_agreement`
+    from update_quality_analysis import reference_agreement
+
+    pilot = uq.load_measures(tmp_path, [STATE])[STATE]["pilot"]
+    agreement = reference_agreement(pilot)
+    assert agreement["pairs"] == 48 and 0.2 < agreement["mean"] < 0.9
+    assert (
+        f"| {STATE} | pilot (8) | 48 | {agreement['mean']:+.3f} (sd {agreement['sd']:.3f}; "
+        f"{agreement['min']:+.3f} to {agreement['max']:+.3f}) | {agreement['ceiling']:.2f} |"
+    ) in text
+    assert "| qwen_sql (`folds/`) | main (8) | 48 |" in text
 
 
 def test_a_state_measured_again_in_part_is_reported_as_interim(tmp_path):
@@ -747,3 +758,40 @@ def test_what_a_cut_does_to_each_constraints_verdict():
     assert "Their 4 (response, constraint) verdicts on the cut text against the whole " in text
     assert "2 the same, 2 failed on the cut text and satisfied by the whole, 0 the reverse." in text
     assert "| case:lower | 2 | 1 | 1 | 0 |" in text
+
+
+def test_the_reference_agreement_equals_a_hand_computation():
+    """The cosine between two folds' parts of each mini-batch's summed-reward reference, from
+    the planted vectors: the same whether the rewards' references were kept per fold (summed
+    here) or only the summed reward's; the ceiling by the Spearman-Brown formula."""
+    from update_quality_analysis import reference_agreement
+
+    planted = plant(12, {}, seed=9)
+    summed = planted.parts.sum(axis=1)  # [n, D]
+    cosines = []
+    for batch in range(len(summed)):
+        parts = [
+            sum(summed[b] for b in range(len(summed)) if b % 4 == f and b != batch)
+            for f in range(4)
+        ]
+        for f in range(4):
+            for g in range(f + 1, 4):
+                a, b = parts[f], parts[g]
+                cosines.append(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    mean = float(np.mean(cosines))
+    assert 0.2 < mean < 0.9  # the planted references share e0 and e1: they agree
+    for mode in ("per_fold", "none"):
+        agreement = reference_agreement(records(planted, mode=mode))
+        assert agreement["pairs"] == 12 * 6
+        assert agreement["mean"] == pytest.approx(mean, rel=1e-9)
+        assert agreement["sd"] == pytest.approx(np.std(cosines, ddof=1), rel=1e-9)
+        assert agreement["min"] == pytest.approx(min(cosines), rel=1e-9)
+        assert agreement["ceiling"] == pytest.approx(math.sqrt(4 * mean / (1 + 3 * mean)))
+    assert reference_agreement(records(planted, folds=False)) is None
+    assert reference_agreement([]) is None
+    # references that share nothing (orthogonal per mini-batch): agreement 0, ceiling 0
+    lone = Planted(np.zeros((8, 2, 8)), plant(8, {}, seed=9).vectors)
+    for batch in range(8):
+        lone.parts[batch, batch % 2, batch] = 1.0
+    agreement = reference_agreement(records(lone, variants=("gdpo",)))
+    assert agreement["mean"] == 0.0 and agreement["ceiling"] == 0.0
