@@ -350,7 +350,15 @@ def state_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]
     lines += [*tests_table(primary, corrected=True), "", "### Reading (fixed in advance)", ""]
     values = per_estimator(records, estimators=ESTIMATORS_2) if records else {}
     generic = next(t["test"] for t in secondary if t["contrast"] == ("mrtpo(0.5)", "generic(0.5)"))
-    lines += reading_lines(primary, generic, power, values, shares_text(results, state))
+    planned = records[0]["sample_batches"] if records else 0
+    if len(records) < planned:  # the plan's reading is of the whole sample, not a part
+        lines += [
+            f"No reading yet: the main sample is measured in part ({len(records)} of {planned} "
+            "mini-batches); the plan's reading is applied to the whole sample only.",
+            "",
+        ]
+    else:
+        lines += reading_lines(primary, generic, power, values, shares_text(results, state))
     lines += ["### Secondary contrasts (uncorrected; the main sample)", ""]
     lines += [*tests_table(secondary, corrected=False), ""]
     lines += reward_cosine_lines(records)

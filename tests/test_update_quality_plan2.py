@@ -539,6 +539,25 @@ def test_a_state_measured_again_in_part_is_reported_as_interim(tmp_path):
     assert f"qwen_sql largest difference {largest:.1e} over 4 mini-batches x 11 estimators" in text
 
 
+def test_a_main_sample_measured_in_part_gets_no_reading(tmp_path):
+    """The reading the plan fixed is of the whole main sample: on 3 of its 8 mini-batches the
+    report gives the interim tests and says that no reading is made yet."""
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    measures = tmp_path / STATE / "main" / "measures"
+    for path in sorted(measures.glob("batch*.json"))[3:]:
+        path.unlink()
+    text = report2.write_plan_2_report(tmp_path).read_text()
+    assert "### main: 3 mini-batches (interim: 3 of 8)\n" in text
+    reading = text.split("### Reading (fixed in advance)\n\n")[1].split("\n\n")[0]
+    assert reading == (
+        "No reading yet: the main sample is measured in part (3 of 8 mini-batches); the plan's "
+        "reading is applied to the whole sample only."
+    )
+    assert "the plain replay stays the default" not in text
+    primary = text.split("### Primary contrasts")[1].split("### Reading")[0]
+    assert re.search(r"\| mrtpo\(0\.5\) - gdpo \| [+-]\d\.\d{4} \[", primary)  # interim tests
+
+
 def test_the_report_before_any_measurement_says_not_measured_yet(tmp_path):
     plan2.store(tmp_path)
     text = report2.write_plan_2_report(tmp_path).read_text()
