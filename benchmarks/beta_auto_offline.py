@@ -63,7 +63,9 @@ gives <g_U, g_R> of the same mini-batch, as the trainer's probe takes it.
 (every fold, less b: the benchmark's primary endpoint) and its clipped first-order gain, paired
 with gdpo's and mrtpo(0.25), (0.5), (1)'s on the same mini-batch. Cosine: the mean paired
 difference; gain: the mean gain over the other's, less 1 (the mean paired difference over the
-other's mean gain). Intervals: the fold jackknife (`paired_stats.fold_jackknife`), fold f' out
+other's mean gain; not a number where the other's mean gain is not shown to be above or below
+0, its own interval holding 0: a ratio to a gain that may be 0 can take any size, and the
+report says so instead). Intervals: the fold jackknife (`paired_stats.fold_jackknife`), fold f' out
 of the mini-batches, of every reference and of every choice (beta re-chosen without it), t on
 F - 1 degrees of freedom. b's whole reference holds the other folds, whose agreements chose
 beta_f; the cosine with b's own fold's part alone, which no evidence of the choice entered, is
@@ -296,6 +298,9 @@ def statistics(
     """The judgement's statistics of a set of mini-batches, beta chosen per fold from them
     (`choices`), as one dict (`fold_statistic` hands back what the statistic returns):
     "cosine/<X>": mean cosine of auto - X; "gain/<X>": mean gain of auto over X's, less 1;
+    "base_gain/<X>": X's mean gain, up to a positive factor (`batch_measures` with 2 for the
+    sample's size: only its sign and its interval's are read; where that interval holds 0,
+    "gain/<X>" means nothing);
     "own_fold/<X>": mean cosine difference with each mini-batch's own fold's reference alone;
     "mean/<name>": the mean cosine of auto and of each X. `measured`: the folds of the whole
     sample (`kept_folds`)."""
@@ -317,6 +322,7 @@ def statistics(
             out[f"gain/{name}"] = (
                 float(np.mean([m["gain"] for m in auto])) / gain - 1 if gain else math.nan
             )
+            out[f"base_gain/{name}"] = gain
             out[f"own_fold/{name}"] = float(
                 np.mean([a["cosine"] - o["cosine"] for a, o in zip(own, alone, strict=True)])
             )
@@ -358,19 +364,21 @@ def goal(state: str, judged: Mapping[str, Any] | None) -> tuple[bool | None, str
     what = f"auto {kind.format(compared)} (cosine and gain of the clipped step)"
     if judged is None:
         return None, f"{what}: not judged, {NOT_YET}"
-    cosine = judged["intervals"][f"cosine/{compared}"]
-    gain = judged["intervals"][f"gain/{compared}"]
+    intervals = judged["intervals"]
+    cosine, gain = intervals[f"cosine/{compared}"], intervals[f"gain/{compared}"]
     if judged["batches"] < judged["planned"]:
         return None, (
             f"{what}: not judged before all {judged['planned']} mini-batches are measured "
             f"({judged['batches']} so far; interim: auto - {compared} cosine "
-            f"{_test_cell(cosine)}, gain {_gain_cell(gain)})"
+            f"{_test_cell(cosine)}, gain {_gain_cell(intervals, compared)})"
         )
     end = "high" if kind == NOT_BELOW else "mean"
-    holds = cosine[end] >= 0 and gain[end] >= 0
+    # A relative gain to a gain not shown to differ from 0 judges nothing: the cosine alone.
+    gain_holds = gain[end] >= 0 if relative_gain_defined(intervals, compared) else True
+    holds = cosine[end] >= 0 and gain_holds
     return holds, (
         f"{what}: {'holds' if holds else 'does not hold'} (auto - {compared}: cosine "
-        f"{_test_cell(cosine)}, gain {_gain_cell(gain)}; judged on the "
+        f"{_test_cell(cosine)}, gain {_gain_cell(intervals, compared)}; judged on the "
         f"{'upper ends of the intervals' if kind == NOT_BELOW else 'means'})"
     )
 
@@ -386,7 +394,17 @@ def state_records(results: Path, state: str, folder: str | None = None) -> list[
     return load_measures(root, [state]).get(state, {}).get("main", [])
 
 
-def _gain_cell(test: Mapping[str, Any]) -> str:
+def relative_gain_defined(intervals: Mapping[str, Mapping[str, float]], compared: str) -> bool:
+    """Whether auto's gain relative to `compared`'s means anything: `compared`'s own mean gain
+    is shown above or below 0 (its fold-jackknife interval does not hold 0)."""
+    base = intervals[f"base_gain/{compared}"]
+    return not base["low"] <= 0 <= base["high"]
+
+
+def _gain_cell(intervals: Mapping[str, Mapping[str, float]], compared: str) -> str:
+    if not relative_gain_defined(intervals, compared):
+        return f"none: {compared}'s mean gain is not shown to differ from 0 (its interval holds 0)"
+    test = intervals[f"gain/{compared}"]
     return f"{test['mean']:+.1%} [{test['low']:+.1%}, {test['high']:+.1%}]"
 
 
@@ -444,7 +462,7 @@ def state_lines(state: str, records: Sequence[Mapping[str, Any]]) -> list[str]:
         [
             name,
             _test_cell(intervals[f"cosine/{name}"]),
-            _gain_cell(intervals[f"gain/{name}"]),
+            _gain_cell(intervals, name),
             _test_cell(intervals[f"own_fold/{name}"]),
         ]
         for name in COMPARED

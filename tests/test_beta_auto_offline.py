@@ -31,18 +31,20 @@ LIVE = 5
 Slope = Callable[[np.random.Generator, int], np.ndarray]
 
 
-def plant(batches: int, slope: Slope, seed: int, folds: int = 4) -> Planted:
+def plant(
+    batches: int, slope: Slope, seed: int, folds: int = 4, gdpo_along: float = 1.0
+) -> Planted:
     """Two rewards whose reference parts add up to e0 per mini-batch (plus noise); gdpo's
-    gradient e0 + 2 e2 + noise; mrtpo's at beta 1 gdpo's plus `slope(rng, batches)` [n, D]
-    (g_R). Noise only in the first LIVE dimensions: a slope beyond them is orthogonal to every
-    reference exactly."""
+    gradient gdpo_along e0 + 2 e2 + noise; mrtpo's at beta 1 gdpo's plus `slope(rng, batches)`
+    [n, D] (g_R). Noise only in the first LIVE dimensions: a slope beyond them is orthogonal
+    to every reference exactly."""
     rng = np.random.default_rng(seed)
     means = np.zeros((2, DIMENSION))
     means[:, 0], means[0, 1], means[1, 1] = 0.5, 0.5, -0.5
     noise = np.zeros((batches, 2, DIMENSION))
     noise[:, :, :LIVE] = 0.3 * rng.standard_normal((batches, 2, LIVE))
     gdpo = np.zeros((batches, DIMENSION))
-    gdpo[:, 0], gdpo[:, 2] = 1.0, 2.0
+    gdpo[:, 0], gdpo[:, 2] = gdpo_along, 2.0
     gdpo[:, :LIVE] += 0.3 * rng.standard_normal((batches, LIVE))
     vectors = {"gdpo": gdpo, "mrtpo": gdpo + slope(rng, batches)}
     return Planted(means + noise, vectors, folds)
@@ -286,6 +288,48 @@ def test_the_fold_jackknife_intervals_equal_a_hand_computation():
         assert test["low"] == pytest.approx(full[key] - quantile * error, rel=1e-9, abs=1e-12)
         assert test["high"] == pytest.approx(full[key] + quantile * error, rel=1e-9, abs=1e-12)
         assert test["n"] == 4
+
+
+def test_a_gain_relative_to_a_gain_not_shown_to_differ_from_0_is_not_printed():
+    """gdpo across the reference (its gain 0 but for noise) and mrtpo(1) along it: auto's
+    gain over gdpo's is a ratio to about 0, any size; the report says why there is none. Over
+    mrtpo(1)'s (well above 0) it is a percentage, 0 exactly (auto is mrtpo(1)'s step)."""
+    measured = sample(plant(16, along(+1.0), seed=1, gdpo_along=0.0))
+    judged = offline.judge(measured)
+    intervals = judged["intervals"]
+    assert [c["beta"] for c in judged["choices"]] == [1.0] * 4
+    base = intervals["base_gain/gdpo"]
+    assert base["low"] < 0 < base["high"]
+    assert abs(intervals["gain/gdpo"]["mean"]) > 3  # the ratio the report must not print
+    assert not offline.relative_gain_defined(intervals, "gdpo")
+    assert offline.relative_gain_defined(intervals, "mrtpo(1)")
+    assert intervals["base_gain/mrtpo(1)"]["low"] > 0
+    text = "\n".join(offline.state_lines("qwen_instructions", measured))
+    assert (
+        "| gdpo | " in text
+        and "| none: gdpo's mean gain is not shown to differ from 0 (its interval holds 0) |"
+        in text
+    )
+    assert re.search(
+        r"\| mrtpo\(1\) \| \+0\.0000 \[\+0\.0000, \+0\.0000\] \(n = 4\) \| "
+        r"\+0\.0% \[\+0\.0%, \+0\.0%\] \|",
+        text,
+    )
+
+
+def test_a_goal_against_a_gain_not_shown_to_differ_from_0_is_judged_on_the_cosine():
+    """The same planted state judged by SmolLM2's goal (auto not below gdpo's): the cosine's
+    upper end is above 0, the relative gain would be read on a ratio to about 0, so the goal
+    is judged on the cosine alone and the sentence says why."""
+    judged = offline.judge(sample(plant(16, along(+1.0), seed=1, gdpo_along=0.0)))
+    judged["intervals"]["gain/gdpo"] = {"mean": -50.0, "low": -90.0, "high": -10.0}
+    holds, sentence = offline.goal("smollm2_tool_calling", judged)
+    assert holds is True
+    assert "gain none: gdpo's mean gain is not shown to differ from 0" in sentence
+    judged["intervals"]["base_gain/gdpo"] = {"mean": 1.0, "low": 0.5, "high": 1.5}
+    holds, sentence = offline.goal("smollm2_tool_calling", judged)
+    assert holds is False
+    assert "gain -5000.0% [-9000.0%, -1000.0%]" in sentence
 
 
 # ----------------------------------------------------------------------------- the report
