@@ -63,11 +63,11 @@ gives <g_U, g_R> of the same mini-batch, as the trainer's probe takes it.
 (every fold, less b: the benchmark's primary endpoint) and its clipped first-order gain, paired
 with gdpo's and mrtpo(0.25), (0.5), (1)'s on the same mini-batch. Cosine: the mean paired
 difference; gain: the mean gain over the other's, less 1 (the mean paired difference over the
-other's mean gain; not a number where the other's mean gain is not shown to be above or below
-0, its own interval holding 0: a ratio to a gain that may be 0 can take any size, and the
-report says so instead). Intervals: the fold jackknife (`paired_stats.fold_jackknife`), fold f' out
-of the mini-batches, of every reference and of every choice (beta re-chosen without it), t on
-F - 1 degrees of freedom. b's whole reference holds the other folds, whose agreements chose
+other's mean gain; none where the other's mean gain is not shown to be above or below 0, its
+own interval holding 0: a ratio to a gain that may be 0 can take any size, and the report says
+so instead). Intervals: the fold jackknife (`paired_stats.fold_jackknife`), fold f' out of the
+mini-batches, of every reference and of every choice (beta re-chosen without it), t on F - 1
+degrees of freedom. b's whole reference holds the other folds, whose agreements chose
 beta_f; the cosine with b's own fold's part alone, which no evidence of the choice entered, is
 printed beside it (noisier: a fold's prompts only).
 
