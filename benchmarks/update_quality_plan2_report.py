@@ -240,10 +240,18 @@ def reading_lines(
     power: Mapping[str, Any] | None,
     values: Mapping[str, Any],
     shares: str,
+    measured: tuple[int, int] | None = None,
 ) -> list[str]:
-    """The readings the plan fixed, the one each contrast's outcome selects."""
+    """The readings the plan fixed, the one each contrast's outcome selects. measured: the
+    main sample's (mini-batches measured, planned); the plan reads the whole sample only."""
     if any(t["test"] is None for t in tests):
         return [f"No reading yet: the main sample's primary tests are {NOT_YET}.", ""]
+    if measured is not None and measured[0] < measured[1]:
+        return [
+            f"No reading yet: the main sample is measured in part ({measured[0]} of "
+            f"{measured[1]} mini-batches); the plan's reading is applied to the whole sample only.",
+            "",
+        ]
     effect = None if power is None else power["effect"]
     chosen = pattern(tests, generic, effect)
     dose = ", ".join(
@@ -350,15 +358,9 @@ def state_lines(results: Path, state: str, plan: Mapping[str, Any]) -> list[str]
     lines += [*tests_table(primary, corrected=True), "", "### Reading (fixed in advance)", ""]
     values = per_estimator(records, estimators=ESTIMATORS_2) if records else {}
     generic = next(t["test"] for t in secondary if t["contrast"] == ("mrtpo(0.5)", "generic(0.5)"))
-    planned = records[0]["sample_batches"] if records else 0
-    if len(records) < planned:  # the plan's reading is of the whole sample, not a part
-        lines += [
-            f"No reading yet: the main sample is measured in part ({len(records)} of {planned} "
-            "mini-batches); the plan's reading is applied to the whole sample only.",
-            "",
-        ]
-    else:
-        lines += reading_lines(primary, generic, power, values, shares_text(results, state))
+    measured = (len(records), records[0]["sample_batches"]) if records else None
+    shares = shares_text(results, state)
+    lines += reading_lines(primary, generic, power, values, shares, measured)
     lines += ["### Secondary contrasts (uncorrected; the main sample)", ""]
     lines += [*tests_table(secondary, corrected=False), ""]
     lines += reward_cosine_lines(records)
